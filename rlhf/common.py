@@ -1,0 +1,61 @@
+"""Small shared helpers: threads, seeding, progress bars, hashing, config dataclasses <-> dicts."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+
+def setup_torch(threads: int | None = None) -> None:
+    """Two cores on these machines: use both for one process unless told otherwise (RLHF_THREADS)."""
+    n = threads or int(os.environ.get("RLHF_THREADS", "2"))
+    torch.set_num_threads(n)
+
+
+def progress(iterable=None, total=None, desc: str = "", quiet: bool = False):
+    return tqdm(iterable, total=total, desc=desc, disable=quiet, leave=False, dynamic_ncols=True, mininterval=1.0)
+
+
+def file_sha256(path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while b := fh.read(chunk):
+            h.update(b)
+    return h.hexdigest()
+
+
+def dir_sha256(directory) -> str:
+    """Hash of every file under a directory (names and contents), for evidence and cache keys."""
+    h = hashlib.sha256()
+    for p in sorted(Path(directory).rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(directory)).encode())
+            h.update(file_sha256(p).encode())
+    return h.hexdigest()
+
+
+def config_from_dict(cls, d: dict, where: str):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"{where}: unknown config keys {unknown}; known: {sorted(names)}")
+    return cls(**d)
+
+
+def parse_override(items) -> dict:
+    """--override key=json_value (a bare word that is not JSON is taken as a string)."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"--override {item!r}: expected key=json_value")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out

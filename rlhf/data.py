@@ -1,0 +1,144 @@
+"""jsonl records (SPEC §1) with validation that names the file, the line and the field, and tensors of them.
+
+prompt record:   {"id", "family", "attrs": [a1, a2, a3, a4]}
+labelled record: adds "response": [8 content-token strings] and "label": float
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from .vocab import CONTENT_ID, FAMILIES, N_ATTRS, N_VALUES, RESP_LEN, decode_response, encode_prompt
+
+
+class DataError(ValueError):
+    """A malformed input file: the message names the file, the line and the field."""
+
+
+def _check_record(rec, where: str) -> dict:
+    if not isinstance(rec, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    if "family" not in rec:
+        raise DataError(f"{where}: field 'family' is missing")
+    if rec["family"] not in FAMILIES:
+        raise DataError(f"{where}: field 'family': unknown family {rec['family']!r}; expected one of {', '.join(FAMILIES)}")
+    attrs = rec.get("attrs")
+    if (not isinstance(attrs, list) or len(attrs) != N_ATTRS
+            or any(isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < N_VALUES for a in attrs)):
+        raise DataError(f"{where}: field 'attrs': expected {N_ATTRS} integers in 0..{N_VALUES - 1}, got {attrs!r}")
+    if "response" in rec:
+        resp = rec["response"]
+        if not isinstance(resp, list) or len(resp) != RESP_LEN:
+            raise DataError(f"{where}: field 'response': expected a list of {RESP_LEN} content tokens, got {resp!r}")
+        for p, t in enumerate(resp):
+            if t not in CONTENT_ID:
+                raise DataError(f"{where}: field 'response[{p}]': {t!r} is not a content token")
+    if "label" in rec:
+        lab = rec["label"]
+        if isinstance(lab, bool) or not isinstance(lab, (int, float)) or not math.isfinite(lab):
+            raise DataError(f"{where}: field 'label': expected a finite number, got {lab!r}")
+    return rec
+
+
+def read_jsonl(path, require: tuple[str, ...] = ()) -> list[dict]:
+    """Read and validate a jsonl file of prompt or labelled records. `require` names fields every row must have."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    out = []
+    with open(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            _check_record(rec, where)
+            for key in require:
+                if key not in rec:
+                    raise DataError(f"{where}: field {key!r} is missing")
+            out.append(rec)
+    if not out:
+        raise DataError(f"{path}: no records")
+    return out
+
+
+def atomic_write_text(path, text: str) -> None:
+    """Write via a temp file in the same directory and rename, so a crash never leaves a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_jsonl(path, records) -> None:
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def write_json(path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
+
+
+def prompts_tensor(records) -> torch.Tensor:
+    return torch.tensor([encode_prompt(r["family"], r["attrs"]) for r in records], dtype=torch.long)
+
+
+def responses_tensor(records) -> torch.Tensor:
+    return torch.tensor([[CONTENT_ID[t] for t in r["response"]] for r in records], dtype=torch.long)
+
+
+def labels_tensor(records) -> torch.Tensor:
+    return torch.tensor([float(r["label"]) for r in records], dtype=torch.float32)
+
+
+def with_responses(records, responses: torch.Tensor, n_per_prompt: int = 1) -> list[dict]:
+    """Labelled-style records (without label) for responses sampled n_per_prompt per record."""
+    out = []
+    for i, resp in enumerate(responses.tolist()):
+        r = records[i // n_per_prompt]
+        out.append({"id": r.get("id"), "family": r["family"], "attrs": list(r["attrs"]), "response": decode_response(resp)})
+    return out
+
+
+def group_by_family(records) -> dict[str, list[dict]]:
+    groups = defaultdict(list)
+    for r in records:
+        groups[r["family"]].append(r)
+    return {f: groups[f] for f in FAMILIES if f in groups}
+
+
+def sample_prompt_batch(by_family: dict, weights: dict | None, batch: int, generator: torch.Generator) -> list[dict]:
+    """Draw `batch` prompts: a family per prompt from `weights` (None = balanced over the families present),
+    then a prompt uniformly within it. Families with weight 0 are never drawn."""
+    fams = [f for f in by_family if by_family[f]]
+    if weights is None:
+        w = [1.0] * len(fams)
+    else:
+        unknown = set(weights) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"family_weights: unknown families {sorted(unknown)}")
+        w = [float(weights.get(f, 0.0)) for f in fams]
+    if not fams or sum(w) <= 0:
+        raise ValueError("sample_prompt_batch: no family with positive weight has prompts")
+    fam_idx = torch.multinomial(torch.tensor(w), batch, replacement=True, generator=generator)
+    out = []
+    for k in fam_idx.tolist():
+        pool = by_family[fams[k]]
+        j = int(torch.randint(len(pool), (1,), generator=generator))
+        out.append(pool[j])
+    return out

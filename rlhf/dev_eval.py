@@ -1,0 +1,67 @@
+"""Dev evaluation of a policy against the RM: proxy reward of its samples on dev prompts, KL to the reference,
+and the RM's agreement with the expert labels of the gold set.
+
+python -m rlhf.dev_eval --policy DIR --policy-ref DIR --reward-model DIR --prompts JSONL --gold JSONL
+                        [--n 4 --seed 0] --out JSON
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import torch
+from scipy import stats
+
+from .common import setup_torch
+from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
+from .model import load_policy, response_logprobs_grouped, sample
+from .reward_model import load_rm, score
+
+
+@torch.inference_mode()
+def dev_eval(policy, ref, rm, prompts_records, gold_records, n: int, generator, batch: int = 256) -> dict:
+    proxies, kls = [], []
+    for i in range(0, len(prompts_records), batch):
+        prompts = prompts_tensor(prompts_records[i:i + batch])
+        resp = sample(policy, prompts, n, 1.0, generator)
+        proxies.append(score(rm, prompts.repeat_interleave(n, 0), resp))
+        kl = response_logprobs_grouped(policy, prompts, resp, n) - response_logprobs_grouped(ref, prompts, resp, n)
+        kls.append(kl.sum(1))
+    proxy, kl = torch.cat(proxies).numpy(), torch.cat(kls).numpy()
+    out = {"n_prompts": len(prompts_records), "samples_per_prompt": n,
+           "proxy_mean": float(proxy.mean()), "proxy_std": float(proxy.std()),
+           "proxy_p50": float(np.percentile(proxy, 50)), "proxy_p90": float(np.percentile(proxy, 90)),
+           "kl_mean": float(kl.mean())}
+    if gold_records:
+        rm_gold = score(rm, prompts_tensor(gold_records), responses_tensor(gold_records)).numpy()
+        out["rm_gold_pearson"] = float(stats.pearsonr(rm_gold, labels_tensor(gold_records).numpy())[0])
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m rlhf.dev_eval", description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", required=True)
+    ap.add_argument("--policy-ref", required=True)
+    ap.add_argument("--reward-model", required=True)
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--gold", default=None)
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    setup_torch()
+    policy, _ = load_policy(a.policy)
+    ref, _ = load_policy(a.policy_ref)
+    rm, _ = load_rm(a.reward_model)
+    prompts = read_jsonl(a.prompts)
+    gold = read_jsonl(a.gold, require=("response", "label")) if a.gold else []
+    res = {"policy": a.policy, "prompts": a.prompts, "seed": a.seed,
+           **dev_eval(policy, ref, rm, prompts, gold, a.n, torch.Generator().manual_seed(a.seed))}
+    print(json.dumps(res, indent=2))
+    if a.out:
+        write_json(a.out, res)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""The policy: a small causal transformer (nanoGPT-style), its checkpoint format, and sampling.
+
+State-dict names and config keys are SPEC §1's, so checkpoints interoperate with any implementation of it:
+tok, pos, blocks.{i}.ln1, blocks.{i}.attn.qkv (one Linear d->3d; q,k,v split per head), blocks.{i}.attn.out,
+blocks.{i}.ln2, blocks.{i}.ff.0, blocks.{i}.ff.2, ln, head (no bias). Only content tokens can be produced:
+the logits of every other token are forced to -1e9.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from .vocab import CONTENT0, PROMPT_LEN, RESP_LEN, SEQ_LEN, VOCAB_SIZE
+
+POLICY_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "prompt_len", "resp_len")
+NEG = -1e9
+USE_SDPA = False   # the naive reference path switches this on to run the fused kernel, as the original did
+
+
+def default_config() -> dict:
+    return dict(vocab_size=VOCAB_SIZE, d_model=64, n_layers=2, n_heads=4, d_ff=128,
+                seq_len=SEQ_LEN, prompt_len=PROMPT_LEN, resp_len=RESP_LEN)
+
+
+def attention(q, k, v, causal: bool):
+    """softmax(q k^T / sqrt(d)) v, the math of F.scaled_dot_product_attention written out: at these sizes
+    (14 positions, 4 heads of 16-24 dims) it is about 4x faster on CPU than the fused kernel (tests check the
+    two agree). With causal and a cache (k longer than q), query i sits at position len(k) - len(q) + i."""
+    T, S = q.shape[-2], k.shape[-2]
+    att = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    if causal and T > 1:
+        mask = torch.ones(T, S, dtype=torch.bool, device=q.device).triu(S - T + 1)
+        att = att.masked_fill(mask, float("-inf"))
+    return att.softmax(-1) @ v
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d: int, n_heads: int, causal: bool):
+        super().__init__()
+        self.n_heads, self.causal = n_heads, causal
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x, past=None):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        if past is not None:  # the new positions also see every cached one
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        if USE_SDPA and (past is None or T == 1 or not self.causal):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and past is None and T > 1)
+        else:
+            y = attention(q, k, v, self.causal)
+        return self.out(y.transpose(1, 2).reshape(B, T, C)), (k, v)
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block with a GELU MLP."""
+
+    def __init__(self, d: int, n_heads: int, d_ff: int, causal: bool):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = SelfAttention(d, n_heads, causal)
+        self.ln2 = nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, d_ff), nn.GELU(), nn.Linear(d_ff, d))
+
+    def forward(self, x, past=None):
+        a, kv = self.attn(self.ln1(x), past)
+        x = x + a
+        return x + self.ff(self.ln2(x)), kv
+
+
+class Policy(nn.Module):
+    def __init__(self, cfg: dict | None = None):
+        super().__init__()
+        self.cfg = cfg = dict(cfg or default_config())
+        d = cfg["d_model"]
+        self.tok = nn.Embedding(cfg["vocab_size"], d)
+        self.pos = nn.Embedding(cfg["seq_len"], d)
+        self.blocks = nn.ModuleList(Block(d, cfg["n_heads"], cfg["d_ff"], causal=True) for _ in range(cfg["n_layers"]))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, cfg["vocab_size"], bias=False)
+        mask = torch.full((cfg["vocab_size"],), NEG)
+        mask[CONTENT0:] = 0.0
+        self.register_buffer("logit_mask", mask, persistent=False)
+
+    def forward(self, idx, past=None, start: int = 0, return_cache: bool = False):
+        """Logits [B, T, V] for idx [B, T] at positions start..start+T-1, attending also to `past` (a list of
+        per-block key/value caches covering positions 0..start-1). return_cache also returns the new caches."""
+        T = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(start, start + T, device=idx.device))
+        cache = []
+        for i, blk in enumerate(self.blocks):
+            x, kv = blk(x, None if past is None else past[i])
+            cache.append(kv)
+        logits = self.head(self.ln(x)) + self.logit_mask
+        return (logits, cache) if return_cache else logits
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+def _check_config(cfg: dict, keys, where: str, defaults: dict) -> dict:
+    missing = [k for k in keys if k not in cfg]
+    if missing:
+        raise ValueError(f"{where}: config is missing keys {missing}; expected {list(keys)}")
+    if cfg["vocab_size"] != VOCAB_SIZE:
+        raise ValueError(f"{where}: vocab_size is {cfg['vocab_size']}, this vocabulary has {VOCAB_SIZE} tokens")
+    for k in ("seq_len", "prompt_len", "resp_len"):
+        if k in keys and cfg[k] != defaults[k]:
+            raise ValueError(f"{where}: {k} is {cfg[k]}, expected {defaults[k]}")
+    if cfg["d_model"] % cfg["n_heads"]:
+        raise ValueError(f"{where}: d_model {cfg['d_model']} is not divisible by n_heads {cfg['n_heads']}")
+    return {k: int(cfg[k]) for k in keys}
+
+
+def load_module(cls, directory, weights: str, keys, defaults: dict):
+    directory = Path(directory)
+    cfg_path, w_path = directory / "config.json", directory / weights
+    for p in (cfg_path, w_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: file not found (a checkpoint dir holds {weights} and config.json)")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{cfg_path}: not valid JSON ({e.msg})") from None
+    cfg = _check_config(cfg, keys, str(cfg_path), defaults)
+    module = cls(cfg)
+    state = load_file(str(w_path))
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(state))
+    extra = sorted(set(state) - set(expected))
+    if missing or extra:
+        raise ValueError(f"{w_path}: state-dict keys do not match {cls.__name__} of {cfg_path.name}: "
+                         f"missing {missing[:6]}, unexpected {extra[:6]}")
+    for k, t in expected.items():
+        if tuple(state[k].shape) != tuple(t.shape):
+            raise ValueError(f"{w_path}: key {k!r} has shape {tuple(state[k].shape)}, expected {tuple(t.shape)}")
+    module.load_state_dict({k: v.float() for k, v in state.items()})
+    module.eval()
+    return module, cfg
+
+
+def save_module(module, cfg: dict, directory, weights: str, keys) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
+    tmp = directory / f".{weights}.tmp"
+    save_file(state, str(tmp))
+    tmp.replace(directory / weights)
+    from .data import write_json
+    write_json(directory / "config.json", {k: cfg[k] for k in keys})
+
+
+def load_policy(directory):
+    return load_module(Policy, directory, "policy.safetensors", POLICY_KEYS, default_config())
+
+
+def save_policy(policy, cfg, directory):
+    save_module(policy, cfg, directory, "policy.safetensors", POLICY_KEYS)
+
+
+# ------------------------------------------------------------------------------------------------- sampling
+def _draw(logits, temperature: float, generator):
+    # Gumbel-max with explicitly drawn uniforms, so the fast and the naive path consume the same random numbers.
+    u = torch.rand(logits.shape, generator=generator).clamp_(1e-20, 1.0)
+    return torch.argmax(logits / temperature - torch.log(-torch.log(u)), dim=-1)
+
+
+def _repeat_cache(cache, n: int):
+    return [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in cache]
+
+
+@torch.no_grad()  # not inference_mode: the samples feed an autograd pass
+def sample(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.0, generator=None):
+    """Responses [B*n, 8] for prompts [B, 6]; row i belongs to prompt i // n. Incremental decoding with a
+    key/value cache: each prompt is encoded once (not once per sample), then one token per step."""
+    logits, cache = policy(prompts, return_cache=True)
+    logits = logits[:, -1].repeat_interleave(n_per_prompt, 0)
+    cache = _repeat_cache(cache, n_per_prompt)
+    out = []
+    P = prompts.shape[1]
+    for t in range(RESP_LEN):
+        tok = _draw(logits, temperature, generator)
+        out.append(tok)
+        if t + 1 < RESP_LEN:
+            logits, cache = policy(tok[:, None], past=cache, start=P + t, return_cache=True)
+            logits = logits[:, -1]
+    return torch.stack(out, 1)
+
+
+@torch.no_grad()
+def sample_naive(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.0, generator=None):
+    """Reference path: re-runs the whole sequence through the policy for every sampled token."""
+    seq = prompts.repeat_interleave(n_per_prompt, 0)
+    for _ in range(RESP_LEN):
+        logits = policy(seq)[:, -1]
+        seq = torch.cat([seq, _draw(logits, temperature, generator)[:, None]], 1)
+    return seq[:, prompts.shape[1]:]
+
+
+def _logprobs(logits, responses, with_entropy: bool, temperature: float):
+    logp_all = F.log_softmax(logits / temperature, -1)
+    logp = logp_all.gather(-1, responses[..., None]).squeeze(-1)
+    if not with_entropy:
+        return logp
+    p = logp_all.exp()
+    ent = -(p * logp_all.masked_fill(p == 0, 0.0)).sum(-1)
+    return logp, ent
+
+
+def response_logprobs(policy, prompts_rep, responses, with_entropy: bool = False, temperature: float = 1.0):
+    """Per-token log-probs [N, 8] of responses under the policy (one full causal pass); with_entropy also
+    returns the per-token entropy [N, 8] of the policy's next-token distribution."""
+    seq = torch.cat([prompts_rep, responses], 1)
+    logits = policy(seq)[:, prompts_rep.shape[1] - 1:-1]
+    return _logprobs(logits, responses, with_entropy, temperature)
+
+
+def response_logprobs_grouped(policy, prompts, responses, n_per_prompt: int, with_entropy: bool = False,
+                              temperature: float = 1.0):
+    """response_logprobs(policy, prompts.repeat_interleave(n), responses), but each prompt prefix is run once
+    and shared by its n samples (45% fewer positions at n=8). Differentiable."""
+    P = prompts.shape[1]
+    first, cache = policy(prompts, return_cache=True)
+    first = first[:, -1:].repeat_interleave(n_per_prompt, 0)
+    rest = policy(responses[:, :-1], past=_repeat_cache(cache, n_per_prompt), start=P)
+    return _logprobs(torch.cat([first, rest], 1), responses, with_entropy, temperature)
+
+
+@torch.inference_mode()
+def entropy(policy, prompts_rep, responses) -> torch.Tensor:
+    """Mean per-token entropy (nats) of the policy along the given responses."""
+    return response_logprobs(policy, prompts_rep, responses, with_entropy=True)[1].mean()

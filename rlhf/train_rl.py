@@ -1,0 +1,217 @@
+"""KL-regularised REINFORCE with a per-prompt group-mean baseline.
+
+    shaped reward = reward - kl_coef * sum_t (log pi - log pi_ref)      (per sequence, on the policy's samples)
+    loss          = -mean( (shaped - mean over the prompt's samples) * sum_t log pi )
+
+python -m rlhf.train_rl --config configs/default.json --out runs/mine [--override kl_coef=0.02 ...] [--quiet]
+
+Relative paths in the config are resolved against the current directory, then the config file's parent's parent
+(a task's root, for a task's configs/default.json), then the config's own directory.
+
+`reward_wrapper` names a Python file defining `transform(records, response_tokens, rewards) -> rewards`;
+it is applied to the reward before the KL term. records: one dict per sample (id, family, attrs);
+response_tokens: LongTensor [N, 8] of token ids (rlhf.vocab.decode_response turns a row into strings);
+rewards: FloatTensor [N]. NOTE: this executes the file as Python code - only use files you trust.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .common import config_from_dict, parse_override, progress, setup_torch
+from .data import group_by_family, prompts_tensor, read_jsonl, sample_prompt_batch, write_json
+from . import model as model_lib
+from .model import load_policy, response_logprobs, response_logprobs_grouped, sample, sample_naive, save_policy
+from .reward_model import load_rm, score
+
+
+@dataclass
+class RLConfig:
+    policy_init: str = "policy"
+    policy_ref: str = "policy"
+    reward_model: str | None = "reward_model"
+    prompt_file: str = "data/prompts_train.jsonl"
+    family_weights: dict | None = None       # None = balanced over the families in prompt_file
+    kl_coef: float = 0.1
+    steps: int = 800
+    batch_prompts: int = 16
+    samples_per_prompt: int = 8
+    lr: float = 3e-4
+    temperature: float = 1.0
+    seed: int = 0
+    log_every: int = 20
+    save_every: int = 0                       # 0 = only the final checkpoint
+    reward_wrapper: str | None = None
+    max_grad_norm: float = 1.0
+
+
+PATH_KEYS = ("policy_init", "policy_ref", "reward_model", "prompt_file", "reward_wrapper")
+
+
+def resolve_paths(cfg: RLConfig, config_path: Path | None) -> RLConfig:
+    bases = [Path.cwd()]
+    if config_path is not None:
+        bases += [config_path.resolve().parent.parent, config_path.resolve().parent]
+    updates = {}
+    for key in PATH_KEYS:
+        val = getattr(cfg, key)
+        if val is None or Path(val).is_absolute():
+            continue
+        found = next((b / val for b in bases if (b / val).exists()), None)
+        if found is None:
+            raise FileNotFoundError(f"config key {key!r}: {val!r} not found relative to {[str(b) for b in bases]}")
+        updates[key] = str(found.resolve())
+    return dataclasses.replace(cfg, **updates)
+
+
+def load_reward_wrapper(path: str):
+    spec = importlib.util.spec_from_file_location("reward_wrapper", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # runs user code, by design (see module docstring)
+    if not hasattr(mod, "transform"):
+        raise ValueError(f"{path}: reward_wrapper must define transform(records, response_tokens, rewards)")
+    return mod.transform
+
+
+class RLTrainer:
+    """Holds the policy, the frozen reference, the reward and the optimiser; `step()` is one RL update."""
+
+    def __init__(self, cfg: RLConfig, reward_fn=None, fast: bool = True):
+        self.cfg, self.fast = cfg, fast
+        torch.manual_seed(cfg.seed)
+        self.policy, self.model_cfg = load_policy(cfg.policy_init)
+        self.policy.train()
+        self.ref, _ = load_policy(cfg.policy_ref)
+        self.ref.requires_grad_(False)
+        if reward_fn is None:
+            if cfg.reward_model is None:
+                raise ValueError("no reward: set reward_model in the config or pass reward_fn")
+            rm, _ = load_rm(cfg.reward_model)
+            reward_fn = lambda records, prompts_rep, responses: score(rm, prompts_rep, responses)
+        self.reward_fn = reward_fn
+        self.wrapper = load_reward_wrapper(cfg.reward_wrapper) if cfg.reward_wrapper else None
+        self.by_family = group_by_family(read_jsonl(cfg.prompt_file))
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.opt = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr)
+
+    def _reward(self, records_rep, prompts_rep, responses):
+        reward = torch.as_tensor(self.reward_fn(records_rep, prompts_rep, responses), dtype=torch.float32)
+        if self.wrapper is not None:
+            reward = torch.as_tensor(self.wrapper(records_rep, responses, reward), dtype=torch.float32)
+        if reward.shape != (len(responses),) or not torch.isfinite(reward).all():
+            raise ValueError(f"reward must be {len(responses)} finite numbers, got shape {tuple(reward.shape)}")
+        return reward
+
+    def step(self) -> dict:
+        cfg, n = self.cfg, self.cfg.samples_per_prompt
+        records = sample_prompt_batch(self.by_family, cfg.family_weights, cfg.batch_prompts, self.gen)
+        prompts = prompts_tensor(records)
+        prompts_rep = prompts.repeat_interleave(n, 0)
+        records_rep = [records[i // n] for i in range(len(prompts_rep))]
+        if self.fast:
+            # kv-cache decoding; prompt prefixes computed once per prompt in the differentiable pass and the
+            # reference pass; everything not differentiated runs in inference mode.
+            responses = sample(self.policy, prompts, n, cfg.temperature, self.gen)
+            logp, ent = response_logprobs_grouped(self.policy, prompts, responses, n, with_entropy=True,
+                                                  temperature=cfg.temperature)
+            with torch.inference_mode():
+                ref_logp = response_logprobs_grouped(self.ref, prompts, responses, n, temperature=cfg.temperature)
+                reward = self._reward(records_rep, prompts_rep, responses)
+        else:
+            # the naive design the fast path is tested against: full recompute per sampled token, the fused
+            # attention kernel, every pass on the repeated prompts.
+            model_lib.USE_SDPA = True
+            try:
+                responses = sample_naive(self.policy, prompts, n, cfg.temperature, self.gen)
+                logp, ent = response_logprobs(self.policy, prompts_rep, responses, with_entropy=True,
+                                              temperature=cfg.temperature)
+                with torch.no_grad():
+                    ref_logp = response_logprobs(self.ref, prompts_rep, responses, temperature=cfg.temperature)
+                    reward = self._reward(records_rep, prompts_rep, responses)
+            finally:
+                model_lib.USE_SDPA = False
+        kl = (logp.detach() - ref_logp).sum(1)
+        shaped = reward - cfg.kl_coef * kl
+        grouped = shaped.view(-1, n)
+        adv = (grouped - grouped.mean(1, keepdim=True)).flatten()
+        loss = -(adv * logp.sum(1)).mean()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        self.opt.step()
+        return {"proxy_reward": float(reward.mean()), "kl": float(kl.mean()), "shaped_reward": float(shaped.mean()),
+                "entropy": float(ent.detach().mean()), "loss": float(loss.detach())}
+
+
+def train_rl(cfg: RLConfig, out_dir, reward_fn=None, quiet: bool = False, fast: bool = True) -> list[dict]:
+    """Run cfg.steps updates, writing run_config.json, log.jsonl and the checkpoint(s) into out_dir.
+    Returns the log rows."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "run_config.json", dataclasses.asdict(cfg))
+    trainer = RLTrainer(cfg, reward_fn=reward_fn, fast=fast)
+    rows, acc, t0 = [], [], time.time()
+    log_fh = open(out / "log.jsonl", "w")
+    bar = progress(total=cfg.steps, desc=f"train_rl {out.name}", quiet=quiet)
+    for step in range(1, cfg.steps + 1):
+        acc.append(trainer.step())
+        bar.update(1)
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            row = {"step": step, **{k: round(sum(a[k] for a in acc) / len(acc), 6) for k in acc[0]},
+                   "elapsed_s": round(time.time() - t0, 3)}
+            rows.append(row)
+            log_fh.write(json.dumps(row) + "\n")
+            log_fh.flush()
+            bar.set_postfix(proxy=f"{row['proxy_reward']:.3f}", kl=f"{row['kl']:.2f}", refresh=False)
+            acc = []
+        if cfg.save_every and step % cfg.save_every == 0 and step != cfg.steps:
+            save_policy(trainer.policy, trainer.model_cfg, out / f"step_{step}")
+    bar.close()
+    log_fh.close()
+    trainer.policy.eval()
+    save_policy(trainer.policy, trainer.model_cfg, out)
+    return rows
+
+
+def load_config(path, overrides: dict | None = None) -> RLConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: config file not found")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg})") from None
+    raw.update(overrides or {})
+    return resolve_paths(config_from_dict(RLConfig, raw, str(path)), path)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m rlhf.train_rl", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--override", action="append", metavar="KEY=JSON", help="override a config key")
+    ap.add_argument("--seed", type=int, default=None, help="shorthand for --override seed=N")
+    ap.add_argument("--quiet", action="store_true")
+    a = ap.parse_args(argv)
+    setup_torch()
+    ov = parse_override(a.override)
+    if a.seed is not None:
+        ov["seed"] = a.seed
+    cfg = load_config(a.config, ov)
+    if not a.quiet:
+        print(json.dumps(dataclasses.asdict(cfg), indent=2))
+    rows = train_rl(cfg, a.out, quiet=a.quiet)
+    print(json.dumps({"out": a.out, **rows[-1]}))
+
+
+if __name__ == "__main__":
+    main()

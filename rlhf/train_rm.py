@@ -1,0 +1,81 @@
+"""Train a reward model with MSE on labelled records (Adam, cosine schedule).
+
+python -m rlhf.train_rm --data JSONL --out DIR [--epochs 40 --lr 2e-3 --batch 256 --seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .common import file_sha256, progress, setup_torch
+from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
+from .reward_model import RewardModel, default_config, save_rm
+
+
+@dataclass
+class RMTrainConfig:
+    epochs: int = 40
+    lr: float = 2e-3
+    batch: int = 256
+    seed: int = 0
+
+
+def train_rm(records, cfg: RMTrainConfig = RMTrainConfig(), model_cfg: dict | None = None, quiet: bool = False):
+    """Returns (rm, model_cfg, final epoch's mean training MSE)."""
+    torch.manual_seed(cfg.seed)
+    model_cfg = model_cfg or default_config()
+    rm = RewardModel(model_cfg)
+    seq = torch.cat([prompts_tensor(records), responses_tensor(records)], 1)
+    y = labels_tensor(records)
+    n = len(seq)
+    total = cfg.epochs * math.ceil(n / cfg.batch)
+    opt = torch.optim.Adam(rm.parameters(), lr=cfg.lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, total)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    rm.train()
+    bar = progress(total=total, desc="train_rm", quiet=quiet)
+    epoch_mse = float("nan")
+    for _ in range(cfg.epochs):
+        perm = torch.randperm(n, generator=gen)
+        se = 0.0
+        for i in range(0, n, cfg.batch):
+            idx = perm[i:i + cfg.batch]
+            loss = torch.mean((rm(seq[idx]) - y[idx]) ** 2)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            se += float(loss.detach()) * len(idx)
+            bar.update(1)
+        epoch_mse = se / n
+        bar.set_postfix(mse=f"{epoch_mse:.4f}", refresh=False)
+    bar.close()
+    rm.eval()
+    return rm, model_cfg, epoch_mse
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m rlhf.train_rm", description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True, help="jsonl of labelled records")
+    ap.add_argument("--out", required=True)
+    for f in dataclasses.fields(RMTrainConfig):
+        ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
+    ap.add_argument("--quiet", action="store_true")
+    a = ap.parse_args(argv)
+    setup_torch()
+    cfg = RMTrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(RMTrainConfig)})
+    records = read_jsonl(a.data, require=("response", "label"))
+    rm, mcfg, mse = train_rm(records, cfg, quiet=a.quiet)
+    save_rm(rm, mcfg, a.out)
+    write_json(f"{a.out}/train_config.json",
+               {**dataclasses.asdict(cfg), "data": a.data, "data_sha256": file_sha256(a.data), "final_mse": mse})
+    print(json.dumps({"out": a.out, "final_mse": round(mse, 5), **dataclasses.asdict(cfg)}))
+
+
+if __name__ == "__main__":
+    main()
