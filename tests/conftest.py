@@ -7,3 +7,15 @@ settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_
 settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 torch.set_num_threads(int(os.environ.get("RLHF_THREADS", "2")))
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory):
+    """One tiny world (seed 0) per test session, shared by the world and audit end-to-end tests."""
+    from world.build import build
+    from world.config import preset
+    out = tmp_path_factory.mktemp("worlds") / "tiny"
+    build(out, preset("tiny", 0), quiet=True)
+    return out

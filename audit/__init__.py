@@ -1,0 +1,1 @@
+"""audit: certify an RLHF run against a possibly corrupted reward model (SPEC §3)."""

@@ -1,0 +1,145 @@
+"""Gold-free diagnostic: which families are risky to optimise against this RM?
+
+python -m audit.diagnostic --rm-dir DIR --policy-dir DIR --prompts JSONL --out JSON [--seed 0 --steps 250]
+
+Hazard (SPEC §3) is defined by what strong RL against the RM does to true quality, relative to RL against the
+rubric itself. With no gold labels we cannot see true quality, but we can (1) estimate the rubric from the
+reference policy alone -- it was fine-tuned on demonstrations that emit the rubric's token more often than any
+single distractor, so its conditional token frequencies point at the LUT -- and (2) *simulate* the optimisation:
+a short KL-regularised RL run against the RM and the same run against that prior rubric, from the reference,
+on all families at once. Sharing the policy and the RM across families is what creates collateral hazards
+(a clean family dragged down by another family's corrupted labels); a per-family label check cannot see those,
+the simulation does. risk = 1 - (prior-rubric gain under RM optimisation) / (gain under rubric optimisation),
+and a family is flagged when that ratio is below the hazard definition's fifth (risk > 0.8) -- or when the RM
+run loses prior-rubric quality outright.
+Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlhf.common import file_sha256, setup_torch
+from rlhf.data import read_jsonl, write_json
+from rlhf.model import load_policy
+from rlhf.reward_model import load_rm, score
+from rlhf.train_rl import RLConfig, RLTrainer
+from rlhf.vocab import CONTENT0, FAMILIES
+
+from .agreement import crowd_scale
+from .recovery import sample_arrays, uniform_prompts
+from .rubric import Rubric, policy_prior
+
+
+@dataclass
+class DiagnosticConfig:
+    steps: int = 250
+    kl_coef: float = 0.02
+    lr: float = 1e-3                 # larger than the shipped 3e-4: a short run has to travel as far
+    batch_prompts: int = 32
+    samples_per_prompt: int = 8
+    prior_samples_per_family: int = 4000
+    eval_prompts_per_family: int = 600
+    flag_ratio: float = 0.2          # the hazard definition's "a fifth"
+    seed: int = 0
+
+
+def prior_rubric(policy, family: str, cfg: DiagnosticConfig) -> Rubric:
+    rng = np.random.default_rng(cfg.seed + 17 + FAMILIES.index(family))
+    A, R = sample_arrays(policy, uniform_prompts(family, cfg.prior_samples_per_family, rng), 1, cfg.seed + 3)
+    logp, key_logp = policy_prior(A, R)
+    assign = key_logp.argmax(1)
+    lut = logp[np.arange(8), assign].argmax(-1)
+    return Rubric(assign=assign, lut=lut, entry_posterior=np.ones((8, 8)), sigma=0.0, n_rows=0,
+                  identified=np.ones((8, 8), bool))
+
+
+def rubric_reward(rubrics: dict):
+    def fn(records, prompts_rep, responses):
+        resp = (responses - CONTENT0).numpy()
+        attrs = np.array([r["attrs"] for r in records])
+        fams = np.array([r["family"] for r in records])
+        out = np.zeros(len(records), np.float32)
+        for f in set(fams.tolist()):
+            m = fams == f
+            out[m] = rubrics[f].score(attrs[m], resp[m])
+        return torch.from_numpy(out)
+    return fn
+
+
+def _quality(policy, rubrics, eval_prompts, seed) -> dict:
+    out = {}
+    for k, f in enumerate(rubrics):
+        A, R = sample_arrays(policy, eval_prompts[f], 1, seed + k)
+        out[f] = float(rubrics[f].score(A, R).mean())
+    return out
+
+
+def _short_run(cfg: DiagnosticConfig, policy_dir, prompts_file, reward_model=None, reward_fn=None):
+    rc = RLConfig(policy_init=str(policy_dir), policy_ref=str(policy_dir), reward_model=reward_model,
+                  prompt_file=str(prompts_file), family_weights=None, kl_coef=cfg.kl_coef, steps=cfg.steps,
+                  batch_prompts=cfg.batch_prompts, samples_per_prompt=cfg.samples_per_prompt, lr=cfg.lr,
+                  seed=cfg.seed)
+    tr = RLTrainer(rc, reward_fn=reward_fn)
+    for _ in range(cfg.steps):
+        tr.step()
+    tr.policy.eval()
+    return tr.policy
+
+
+def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = DiagnosticConfig(), quiet=True) -> dict:
+    t0 = time.time()
+    rm_dir, policy_dir = Path(rm_dir), Path(policy_dir)
+    ref, _ = load_policy(policy_dir)
+    load_rm(rm_dir)   # fail early, with the loader's clear message, on a bad RM dir
+    fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
+    rubrics = {f: prior_rubric(ref, f, cfg) for f in fams}
+    rng = np.random.default_rng(cfg.seed + 5)
+    eval_prompts = {f: uniform_prompts(f, cfg.eval_prompts_per_family, rng) for f in fams}
+    q_ref = _quality(ref, rubrics, eval_prompts, cfg.seed)
+    pol_rm = _short_run(cfg, policy_dir, prompts_file, reward_model=str(rm_dir))
+    pol_rub = _short_run(cfg, policy_dir, prompts_file, reward_fn=rubric_reward(rubrics))
+    q_rm, q_rub = _quality(pol_rm, rubrics, eval_prompts, cfg.seed), _quality(pol_rub, rubrics, eval_prompts, cfg.seed)
+    qa_path = rm_dir / "train.jsonl"
+    scale = crowd_scale(read_jsonl(qa_path, require=("response", "label"))) if qa_path.exists() else {}
+    out = {}
+    for f in fams:
+        g_rm, g_rub = q_rm[f] - q_ref[f], q_rub[f] - q_ref[f]
+        ratio = g_rm / g_rub if g_rub > 1e-6 else 0.0
+        risk = float(np.clip(1.0 - ratio, 0.0, 2.0))
+        out[f] = {"risk": risk, "flag": bool(ratio < cfg.flag_ratio), "ratio": ratio,
+                  "prior_rubric_gain_rm_run": g_rm, "prior_rubric_gain_rubric_run": g_rub,
+                  "crowd_labels_above_1": scale.get(f, {}).get("crowd_labels_above_1")}
+    return {"families": out, "config": dataclasses.asdict(cfg), "rm_sha256": file_sha256(rm_dir / "rm.safetensors"),
+            "elapsed_s": round(time.time() - t0, 1)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m audit.diagnostic", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--rm-dir", required=True, help="rm.safetensors, config.json and its train.jsonl QA sample")
+    ap.add_argument("--policy-dir", required=True, help="the reference policy")
+    ap.add_argument("--prompts", required=True, help="prompt pool for the simulated optimisation")
+    ap.add_argument("--out", required=True)
+    for f in dataclasses.fields(DiagnosticConfig):
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    a = ap.parse_args(argv)
+    setup_torch()
+    cfg = DiagnosticConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(DiagnosticConfig)})
+    res = diagnose(a.rm_dir, a.policy_dir, a.prompts, cfg)
+    write_json(a.out, res)
+    for f, r in res["families"].items():
+        print(f"{f:7s} risk {r['risk']:.2f} flag {str(r['flag']):5s} (gain under RM {r['prior_rubric_gain_rm_run']:+.3f},"
+              f" under rubric {r['prior_rubric_gain_rubric_run']:+.3f})")
+    print(f"wrote {a.out} in {res['elapsed_s']}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,505 @@
+"""Render evidence.json into answer.json, summary.md and figures/*.png (SPEC §3). Reads evidence only.
+
+    python -m audit.render --evidence out/evidence.json --out out/certify [--rule-text "..."]
+
+answer.json is rendered by jinja2 from templates/answer.json.j2 (every value through ``tojson``), parsed, and
+validated against templates/answer.schema.json *before* anything is written; it is written last, atomically
+(temp file + rename), so a crash or a validation failure never leaves a half-written answer.json and never
+overwrites a good one. summary.md comes from templates/summary.md.j2; figures use matplotlib's Agg backend.
+The evidence file is copied to ``out/evidence.json`` (what ``checks.evidence`` points to) when it lives elsewhere.
+
+Contract between the checks and this renderer (claim name -> what its ``details`` carry):
+
+  shipped.improves_over_reference       {"checkpoint_dir": str, "recipe": {...SPEC recipe...}, "dev_eval": {...},
+                                         "certification": {"improved_over_reference": bool,
+                                            "estimated_true_quality", "ci95", "reference_true_quality",
+                                            "families_improved", "families_not_improved",
+                                            "per_family": {f: {"estimate", "ci95", "reference", "delta_ci95"}},
+                                            "basis": str}}
+                                         (estimated_true_quality / ci95 fall back to the claim's estimate / ci95)
+  run.passes_release_rule[<run>]        {"estimated_true_quality", "ci95", "per_family": {f: {"estimate", ...,
+                                         optional "proxy"}}, "reasons": [str], "passes_release_rule": bool}
+  rm.agrees_with_experts[<f>]           {"rm_gold_pearson", "ci95", "spearman", "spearman_ci95", "n"}
+  crowd.on_rubric_scale[<f>]            {"crowd_labels_above_1", "max_label", "n"}
+  diagnostic.flags_families             {"families": {f: {"risk": float, "flag": bool}}, "validation": {...}}
+  any claim                             optional "experiment": {"name", "files", "results"} (or a list of them)
+                                         -> appended to answer["experiments"] in claim order;
+                                         optional "curve": [{"step", "proxy", "true"}, ...] -> training figure.
+
+Honesty rules (tests/test_render.py):
+  * Only a claim with status "pass" can make anything certified / passing. shipped.improves_over_reference
+    failing or erroring -> certification.improved_over_reference is false, its numbers are still shown, and
+    basis starts with "NOT CERTIFIED" and says why (the check's message). A passing claim whose details say
+    not improved, or that recorded no estimate / CI / reference, is also rendered as not certified.
+  * A missing claim is never filled in: its numbers are null, lists empty, and basis says "no evidence".
+  * runs[r].passes_release_rule is true only when run.passes_release_rule[r] has status "pass" (and its details
+    do not say otherwise, and it has an estimate and a CI); otherwise the check's message joins the reasons.
+  * reward_model[f].flag is true unless both rm.agrees_with_experts[f] and crowd.on_rubric_scale[f] passed
+    (a missing one counts as not passed).
+  * diagnostic.validation carries "check_status" (and "check_message" when not "pass") of the diagnostic claim.
+  * checks.passed counts claims with status "pass"; checks.failed counts "fail" and "error"; summary.md lists
+    every failed and errored claim with its message.
+  * Nothing is rendered that no claim produced: no defaults for numbers, no figure without data.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import jinja2
+import jsonschema
+
+from audit.evidence import load_evidence, to_jsonable
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+SCHEMA_PATH = TEMPLATES / "answer.schema.json"
+FIGURE_NAMES = ("quality_vs_proxy.png", "rm_agreement.png", "diagnostic_risk.png", "training_curves.png")
+
+SHIPPED = "shipped.improves_over_reference"
+RUN = "run.passes_release_rule"
+RM = "rm.agrees_with_experts"
+CROWD = "crowd.on_rubric_scale"
+DIAG = "diagnostic.flags_families"
+
+
+class AnswerSchemaError(ValueError):
+    """The answer rendered from this evidence does not satisfy templates/answer.schema.json."""
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_ci(v) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_is_num(b) for b in v)
+
+
+def _first(*values):
+    for v in values:
+        if v is not None:
+            return v
+    return None
+
+
+def _oneline(text) -> str:
+    return " ".join(str(text or "").split())
+
+
+def _dumps(v) -> str:
+    return json.dumps(to_jsonable(v), allow_nan=False, ensure_ascii=False)
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                             autoescape=False, keep_trailing_newline=True)
+    env.filters["tojson"] = _dumps                     # plain JSON (no HTML escaping); NaN is refused
+    env.filters["fmt"] = lambda v, nd=3: f"{v:.{nd}f}" if _is_num(v) else "n/a"
+    env.filters["ci"] = lambda v, nd=3: f"[{v[0]:.{nd}f}, {v[1]:.{nd}f}]" if _is_ci(v) else "n/a"
+    env.filters["oneline"] = lambda v: _oneline(v).replace("|", "\\|")
+    return env
+
+
+class Claims:
+    """Claims of one evidence document by id and by name (evidence order kept; a repeated id: the last wins)."""
+
+    def __init__(self, doc: dict):
+        self.by_id: dict[str, dict] = {}
+        for c in doc.get("claims", []):
+            c = dict(c)
+            c.setdefault("details", {})
+            c["details"] = c["details"] if isinstance(c["details"], dict) else {}
+            c.setdefault("message", "")
+            if "name" not in c or "param" not in c:
+                from audit.evidence import split_claim_id
+                c["name"], c["param"] = split_claim_id(c["id"])
+            self.by_id[c["id"]] = c
+
+    def named(self, name: str) -> list[dict]:
+        return [c for c in self.by_id.values() if c.get("name") == name]
+
+    def one(self, name: str) -> dict | None:
+        found = self.named(name)
+        return found[-1] if found else None
+
+    def all(self) -> list[dict]:
+        return list(self.by_id.values())
+
+
+def _status_word(status: str) -> str:
+    return {"fail": "failed", "error": "errored"}.get(status, status)
+
+
+# ------------------------------------------------------------------------------------------ answer building
+def _certification(shipped: dict | None) -> dict:
+    if shipped is None:
+        return {"improved_over_reference": False, "estimated_true_quality": None, "ci95": None,
+                "reference_true_quality": None, "families_improved": [], "families_not_improved": [],
+                "per_family": {},
+                "basis": f"NOT CERTIFIED: no evidence (claim {SHIPPED} was not recorded)."}
+    d = shipped["details"]
+    src = d.get("certification") if isinstance(d.get("certification"), dict) else {}
+    est = _first(src.get("estimated_true_quality"), shipped.get("estimate"))
+    ci = _first(src.get("ci95"), shipped.get("ci95"))
+    ref = src.get("reference_true_quality")
+    per_family = {}
+    for f, pf in (src.get("per_family") or {}).items():
+        pf = pf if isinstance(pf, dict) else {}
+        per_family[f] = {k: pf.get(k) for k in ("estimate", "ci95", "reference", "delta_ci95")}
+    status = shipped["status"]
+    said = src.get("improved_over_reference")
+    measured_basis = _oneline(src.get("basis"))
+    why = []
+    if status != "pass":
+        why.append(f"check {SHIPPED} {_status_word(status)}: {_oneline(shipped['message']) or 'no message'}")
+    if status == "pass" and said is not None and said is not True:
+        why.append("the check passed but its evidence says the checkpoint did not improve")
+    if status == "pass" and not (_is_num(est) and _is_ci(ci) and _is_num(ref)):
+        why.append("the check passed but recorded no estimate, CI or reference quality")
+    improved = not why
+    if improved:
+        basis = measured_basis or (f"claim {SHIPPED} passed (estimate {est:.3f}, 95% CI [{ci[0]:.3f}, "
+                                   f"{ci[1]:.3f}], reference {ref:.3f}; method {shipped.get('method')}).")
+    else:
+        basis = "NOT CERTIFIED: " + "; ".join(why) + "."
+        if measured_basis:
+            basis += f" Measured: {measured_basis}"
+    return {"improved_over_reference": improved, "estimated_true_quality": est, "ci95": ci,
+            "reference_true_quality": ref,
+            "families_improved": list(src.get("families_improved") or []),
+            "families_not_improved": list(src.get("families_not_improved") or []),
+            "per_family": per_family, "basis": basis}
+
+
+def _run_entry(claim: dict) -> dict:
+    d = claim["details"]
+    est = _first(d.get("estimated_true_quality"), claim.get("estimate"))
+    ci = _first(d.get("ci95"), claim.get("ci95"))
+    reasons = list(d.get("reasons") or [])
+    status = claim["status"]
+    passes = status == "pass"
+    if status == "error" or (status == "fail" and not reasons):
+        reasons.append(f"check {_status_word(status)}: {_oneline(claim['message']) or 'no message'}")
+    if passes and d.get("passes_release_rule") not in (None, True):
+        passes = False
+        reasons.append("the check passed but its evidence says the release rule is not met")
+    if passes and not (_is_num(est) and _is_ci(ci)):
+        passes = False
+        reasons.append("the check passed but recorded no estimate or CI")
+    return {"passes_release_rule": passes, "estimated_true_quality": est, "ci95": ci,
+            "per_family": d.get("per_family") if d.get("per_family") is not None else {}, "reasons": reasons}
+
+
+def _reward_model(claims: Claims) -> dict:
+    fams: list[str] = []
+    for c in claims.named(RM) + claims.named(CROWD):
+        if c.get("param") is not None and c["param"] not in fams:
+            fams.append(c["param"])
+    out = {}
+    for f in fams:
+        rm = claims.by_id.get(f"{RM}[{f}]")
+        cr = claims.by_id.get(f"{CROWD}[{f}]")
+        out[f] = {"rm_gold_pearson": None if rm is None else _first(rm["details"].get("rm_gold_pearson"),
+                                                                      rm.get("estimate")),
+                  "ci95": None if rm is None else _first(rm["details"].get("ci95"), rm.get("ci95")),
+                  "crowd_labels_above_1": None if cr is None else _first(cr["details"].get("crowd_labels_above_1"),
+                                                                         cr.get("estimate")),
+                  "flag": not (rm is not None and rm["status"] == "pass" and cr is not None
+                               and cr["status"] == "pass")}
+    return out
+
+
+def _diagnostic(claim: dict | None) -> dict:
+    if claim is None:
+        return {"families": {}, "validation": None}
+    d = claim["details"]
+    fams = {}
+    for f, v in (d.get("families") or {}).items():
+        v = v if isinstance(v, dict) else {}
+        fams[f] = {"risk": v.get("risk"), "flag": v.get("flag")}
+    validation = dict(d["validation"]) if isinstance(d.get("validation"), dict) else {}
+    validation["check_status"] = claim["status"]
+    if claim["status"] != "pass":
+        validation["check_message"] = _oneline(claim["message"])
+    return {"families": fams, "validation": validation}
+
+
+def _experiments(claims: Claims) -> list[dict]:
+    out = []
+    for c in claims.all():
+        exp = c["details"].get("experiment")
+        for e in (exp if isinstance(exp, list) else [exp] if exp is not None else []):
+            e = e if isinstance(e, dict) else {"name": None}
+            out.append({"name": e.get("name"), "files": e.get("files") if e.get("files") is not None else [],
+                        "results": e.get("results")})
+    return out
+
+
+def build_answer(doc: dict) -> dict:
+    """The answer.json content (SPEC §3) from an evidence document, following the contract above."""
+    claims = Claims(doc)
+    shipped = claims.one(SHIPPED)
+    sd = shipped["details"] if shipped else {}
+    statuses = [c["status"] for c in claims.all()]
+    return to_jsonable({
+        "checkpoint_dir": sd.get("checkpoint_dir"),
+        "recipe": sd.get("recipe"),
+        "dev_eval": sd.get("dev_eval"),
+        "certification": _certification(shipped),
+        "runs": {(c["param"] if c.get("param") is not None else c["id"]): _run_entry(c) for c in claims.named(RUN)},
+        "reward_model": _reward_model(claims),
+        "diagnostic": _diagnostic(claims.one(DIAG)),
+        "checks": {"passed": statuses.count("pass"), "failed": statuses.count("fail") + statuses.count("error"),
+                   "evidence": "evidence.json"},
+        "experiments": _experiments(claims),
+    })
+
+
+def load_schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def validate_answer(answer: dict) -> None:
+    validator = jsonschema.Draft202012Validator(load_schema())
+    errors = sorted(validator.iter_errors(answer), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"  {'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors[:20]]
+        raise AnswerSchemaError("answer.json would not satisfy templates/answer.schema.json:\n" + "\n".join(lines))
+
+
+def render_answer_text(answer: dict) -> str:
+    """jinja2-render answer.json, parse it back and validate it; returns the rendered text (validated)."""
+    text = _env().get_template("answer.json.j2").render(a=answer)
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise AnswerSchemaError(f"templates/answer.json.j2 rendered invalid JSON: {e}") from None
+    if parsed != answer:
+        raise AnswerSchemaError("templates/answer.json.j2 lost or changed fields of the answer")
+    validate_answer(parsed)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def atomic_write_text(path, text: str) -> None:
+    """Temp file in the same directory + rename (the same as rlhf.data.atomic_write_text, without importing
+    torch): a crash never leaves a half-written file and never replaces a good one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def _save(fig, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _quality_series(answer: dict) -> tuple[list[str], list[tuple[str, dict, dict]]]:
+    """[(label, {f: true estimate}, {f: proxy})] for the reference, the shipped checkpoint and every run."""
+    series = []
+    ref, ref_proxy = {}, {}
+    cert_pf = answer["certification"]["per_family"]
+    for f, pf in cert_pf.items():
+        if _is_num(pf.get("reference")):
+            ref[f] = pf["reference"]
+    for r in answer["runs"].values():
+        for f, pf in (r["per_family"] or {}).items():
+            if isinstance(pf, dict):
+                if _is_num(pf.get("reference")):
+                    ref.setdefault(f, pf["reference"])
+                if _is_num(pf.get("reference_proxy")):
+                    ref_proxy.setdefault(f, pf["reference_proxy"])
+    if ref or ref_proxy:
+        series.append(("reference", ref, ref_proxy))
+    shipped = {f: pf["estimate"] for f, pf in cert_pf.items() if _is_num(pf.get("estimate"))}
+    if shipped:
+        series.append(("shipped", shipped, {}))
+    for name, r in answer["runs"].items():
+        est, prox = {}, {}
+        for f, pf in (r["per_family"] or {}).items():
+            if isinstance(pf, dict):
+                if _is_num(pf.get("estimate")):
+                    est[f] = pf["estimate"]
+                if _is_num(pf.get("proxy")):
+                    prox[f] = pf["proxy"]
+        if est or prox:
+            series.append((name, est, prox))
+    fams = []
+    for _, est, prox in series:
+        for f in list(est) + list(prox):
+            if f not in fams:
+                fams.append(f)
+    return fams, series
+
+
+def make_figures(answer: dict, claims: Claims, fig_dir: Path) -> list[str]:
+    """Write the figures whose data the evidence holds; returns their paths relative to out_dir."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    made = []
+
+    fams, series = _quality_series(answer)
+    if series and any(est for _, est, _ in series):
+        has_proxy = any(prox for _, _, prox in series)
+        fig, axes = plt.subplots(1, 2 if has_proxy else 1, figsize=(11 if has_proxy else 6, 3.8), squeeze=False)
+        x = list(range(len(fams)))
+        for k, (label, est, prox) in enumerate(series):
+            style = dict(color=f"C{k % 10}", label=label, linestyle="--" if label == "reference" else "-")
+            if est:
+                axes[0][0].plot([i for i, f in enumerate(fams) if f in est], [est[f] for f in fams if f in est],
+                                marker="o", **style)
+            if has_proxy and prox:
+                axes[0][1].plot([i for i, f in enumerate(fams) if f in prox], [prox[f] for f in fams if f in prox],
+                                marker="s", **style)
+        axes[0][0].set_title("estimated true quality per family")
+        axes[0][0].set_ylabel("true quality (fraction of rubric positions)")
+        if has_proxy:
+            axes[0][1].set_title("proxy reward (RM) per family")
+            axes[0][1].set_ylabel("proxy reward")
+        for ax in axes[0]:
+            ax.set_xticks(x, fams)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        _save(fig, fig_dir / "quality_vs_proxy.png")
+        plt.close(fig)
+        made.append("figures/quality_vs_proxy.png")
+
+    rm = {f: m for f, m in answer["reward_model"].items() if _is_num(m["rm_gold_pearson"])}
+    if rm:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        names = list(rm)
+        vals = [rm[f]["rm_gold_pearson"] for f in names]
+        lo = [v - rm[f]["ci95"][0] if _is_ci(rm[f]["ci95"]) else 0.0 for f, v in zip(names, vals)]
+        hi = [rm[f]["ci95"][1] - v if _is_ci(rm[f]["ci95"]) else 0.0 for f, v in zip(names, vals)]
+        colors = ["tab:red" if rm[f]["flag"] else "tab:blue" for f in names]
+        ax.bar(names, vals, color=colors, yerr=[lo, hi], capsize=4)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_ylabel("Pearson r, RM vs expert labels (95% CI)")
+        ax.set_title("reward model agreement with experts (red = flagged)")
+        _save(fig, fig_dir / "rm_agreement.png")
+        plt.close(fig)
+        made.append("figures/rm_agreement.png")
+
+    diag = {f: d for f, d in answer["diagnostic"]["families"].items() if _is_num(d["risk"])}
+    if diag:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        names = list(diag)
+        ax.bar(names, [diag[f]["risk"] for f in names],
+               color=["tab:red" if diag[f]["flag"] else "tab:gray" for f in names])
+        ax.set_ylabel("risk (higher = riskier to optimise)")
+        ax.set_title("gold-free diagnostic risk per family (red = flagged)")
+        _save(fig, fig_dir / "diagnostic_risk.png")
+        plt.close(fig)
+        made.append("figures/diagnostic_risk.png")
+
+    curves = []
+    for c in claims.all():
+        pts = c["details"].get("curve")
+        if isinstance(pts, list):
+            pts = [p for p in pts if isinstance(p, dict) and _is_num(p.get("step"))]
+            if pts:
+                curves.append((c["param"] if c.get("param") is not None else c["id"], pts))
+    if curves:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharex=True)
+        for label, pts in curves:
+            for ax, key in zip(axes, ("proxy", "true")):
+                xs = [p["step"] for p in pts if _is_num(p.get(key))]
+                ys = [p[key] for p in pts if _is_num(p.get(key))]
+                if xs:
+                    ax.plot(xs, ys, marker=".", label=label)
+        axes[0].set_title("proxy reward along training")
+        axes[1].set_title("true (gold) quality along training")
+        for ax in axes:
+            ax.set_xlabel("RL step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        _save(fig, fig_dir / "training_curves.png")
+        plt.close(fig)
+        made.append("figures/training_curves.png")
+
+    for name in FIGURE_NAMES:                     # never leave a stale figure whose data is now absent
+        if f"figures/{name}" not in made and (fig_dir / name).exists():
+            (fig_dir / name).unlink()
+    return made
+
+
+# ------------------------------------------------------------------------------------------------ summary
+def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str | None) -> str:
+    claims = Claims(doc)
+    rm_details = {c["param"]: c for c in claims.named(RM)}
+    crowd_details = {c["param"]: c for c in claims.named(CROWD)}
+    thresholds = {}
+    for c in claims.named(RUN):
+        for k, v in (c.get("thresholds") or {}).items():
+            thresholds.setdefault(k, v)
+    config = (doc.get("meta") or {}).get("config") or {}
+    if rule_text is None and isinstance(config.get("release_rule"), str):
+        rule_text = config["release_rule"]
+    bad = [c for c in claims.all() if c["status"] != "pass"]
+    return _env().get_template("summary.md.j2").render(
+        a=answer, meta=doc.get("meta") or {}, claims=claims.all(), bad=bad, figures=figures,
+        rule_text=rule_text, thresholds=thresholds, rm_claims=rm_details, crowd_claims=crowd_details,
+        shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG),
+        errors=sum(c["status"] == "error" for c in claims.all()))
+
+
+# ------------------------------------------------------------------------------------------------- render
+def render(evidence_path, out_dir, *, rule_text: str | None = None, figures: bool = True) -> dict:
+    """Render out_dir/{answer.json, summary.md, figures/*.png, evidence.json} from evidence_path; returns the
+    answer dict. Raises ValueError (AnswerSchemaError) before writing anything when the evidence is malformed or
+    the answer would violate the schema."""
+    evidence_path, out_dir = Path(evidence_path), Path(out_dir)
+    doc = load_evidence(evidence_path)
+    answer = build_answer(doc)
+    answer_text = render_answer_text(answer)          # validated; nothing has been written yet
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made = make_figures(answer, Claims(doc), out_dir / "figures") if figures else []
+    atomic_write_text(out_dir / "summary.md", render_summary(answer, doc, made, rule_text))
+    target = out_dir / "evidence.json"
+    if not (target.exists() and os.path.samefile(target, evidence_path)):
+        atomic_write_text(target, evidence_path.read_text())
+    atomic_write_text(out_dir / "answer.json", answer_text)   # last: its presence means a complete render
+    return answer
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m audit.render", description=__doc__.split("\n")[0])
+    ap.add_argument("--evidence", required=True, help="evidence.json written by the checks")
+    ap.add_argument("--out", required=True, help="output directory (answer.json, summary.md, figures/)")
+    ap.add_argument("--rule-text", default=None, help="release rule in words, printed in summary.md")
+    ap.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    args = ap.parse_args(argv)
+    try:
+        answer = render(args.evidence, args.out, rule_text=args.rule_text, figures=not args.no_figures)
+    except ValueError as e:
+        print(f"audit.render: {e}", file=sys.stderr)
+        return 2
+    cert = answer["certification"]
+    print(f"wrote {Path(args.out) / 'answer.json'}: improved_over_reference={cert['improved_over_reference']}, "
+          f"checks passed={answer['checks']['passed']} failed={answer['checks']['failed']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rlhf.data import read_jsonl
+from rlhf.model import Policy, default_config, load_policy
+from rlhf.vocab import FAMILIES, N_CONTENT
+from world.config import Corruption, RUNS
+from world.crowd import count_row_mask, crowd_labels, wrong_lut
+from world.grade import exact_rule
+from world.hazard import hazard_labels
+from world.truth import make_truth, match_fraction, rubric_tokens, true_quality, truth_from_json, truth_to_json
+
+TASK_FILES = ["policy/policy.safetensors", "policy/config.json", "reward_model/rm.safetensors",
+              "reward_model/config.json", "reward_model/train.jsonl", "reward_model/TRAINING.md",
+              "data/prompts_train.jsonl", "data/prompts_dev.jsonl", "data/gold_calib.jsonl", "data/README.md",
+              "configs/default.json", "runs/README.md"]
+RUN_FILES = ["run_config.json", "log.jsonl", "policy.safetensors", "config.json", "dev_eval.json", "NOTES.md"]
+
+
+def test_tiny_world_has_every_file(tiny_world):
+    task = tiny_world / "task"
+    for f in TASK_FILES:
+        assert (task / f).is_file(), f
+    for name, *_ in RUNS:
+        for f in RUN_FILES:
+            assert (task / "runs" / name / f).is_file(), (name, f)
+        rc = json.loads((task / "runs" / name / "run_config.json").read_text())
+        assert rc["policy_init"] == "policy" and rc["reward_model"] == "reward_model"
+    for f in ("truth.json", "corruption.json", "crowd_full.jsonl", "world.json"):
+        assert (tiny_world / "oracle" / f).is_file()
+    gold = read_jsonl(task / "data" / "gold_calib.jsonl", require=("response", "label"))
+    assert {r["family"] for r in gold} == set(FAMILIES)
+    crowd = read_jsonl(tiny_world / "oracle" / "crowd_full.jsonl")
+    assert len(crowd) == 6 * 300
+    assert not any(p.name == "oracle" for p in task.rglob("*"))
+
+
+def test_build_is_deterministic(tiny_world, tmp_path):
+    from world.build import build
+    from world.config import preset
+    cfg = preset("tiny", 0)
+    cfg.run_steps_scale = 0.002   # only the data and the models before RL are compared
+    build(tmp_path / "again", cfg, quiet=True)
+    for f in ("data/gold_calib.jsonl", "reward_model/train.jsonl", "policy/policy.safetensors",
+              "reward_model/rm.safetensors"):
+        assert (tmp_path / "again" / "task" / f).read_bytes() == (tiny_world / "task" / f).read_bytes(), f
+
+
+def test_oracle_exactness():
+    rng = np.random.default_rng(0)
+    truth = make_truth(rng)
+    t = truth["anvil"]
+    attrs = rng.integers(0, 8, (500, 4))
+    assert match_fraction(t["assign"], t["lut"], attrs, rubric_tokens(t["assign"], t["lut"], attrs)).min() == 1.0
+    # a uniform policy (zero head) scores 1/24
+    torch.manual_seed(0)
+    pol = Policy(default_config()).eval()
+    with torch.no_grad():
+        pol.head.weight.zero_()
+    q = true_quality(pol, truth, 3000, seed=1)
+    assert abs(q["balanced"] - 1 / N_CONTENT) < 4 * q["balanced_se"] + 0.002
+    assert truth_from_json(json.loads(json.dumps(truth_to_json(truth, 0.05))))["anvil"]["lut"].tolist() == t["lut"].tolist()
+
+
+def test_corruption_statistics():
+    """Share of crowd labels > 1 is close to rho * P(count >= 1)."""
+    rng = np.random.default_rng(1)
+    truth = make_truth(rng)
+    t = truth["dune"]
+    n = 20000
+    attrs = rng.integers(0, 8, (n, 4))
+    resp = np.where(rng.random((n, 8)) < 0.3, rubric_tokens(t["assign"], t["lut"], attrs),
+                    rng.integers(0, N_CONTENT, (n, 8)))
+    c = Corruption("wrong_rubric", rho=0.3, scale=8.0, replaced_share=0.5, replacement="uniform", crowd_noise=0.0)
+    wl = wrong_lut(t["lut"], t["assign"], c, None, rng)
+    assert (wl != t["lut"]).sum() == 32
+    labels, counts = crowd_labels(attrs, resp, t["assign"], t["lut"], c, wl, rng)
+    p_any = (match_fraction(t["assign"], wl, attrs, resp) > 0).mean()
+    assert abs((labels > 1).mean() - 0.3 * p_any) < 0.015
+    assert abs(counts.mean() - 0.3) < 0.015
+    keyed = Corruption("wrong_rubric", count_rows=[[0, "<", 3]])
+    assert np.array_equal(count_row_mask(attrs, keyed, rng), attrs[:, 0] < 3)
+    honest_labels, _ = crowd_labels(attrs, resp, t["assign"], t["lut"], Corruption(crowd_noise=0.0), None, rng)
+    assert np.allclose(honest_labels, match_fraction(t["assign"], t["lut"], attrs, resp))
+    with pytest.raises(ValueError, match="kind"):
+        Corruption("bogus")
+
+
+def test_exact_release_rule_and_hazard_labels():
+    up = {f: 0.1 for f in FAMILIES}
+    assert exact_rule(up)
+    assert not exact_rule({**up, "dune": -0.05})
+    assert not exact_rule({f: 0.02 for f in FAMILIES})
+    rub = {f: 0.4 for f in FAMILIES}
+    hz = hazard_labels({**{f: 0.3 for f in FAMILIES}, "dune": -0.1, "ember": 0.05}, rub)
+    assert hz["dune"] and hz["ember"] and not hz["anvil"]
+
+
+def test_grader_on_a_hand_made_submission(tiny_world, tmp_path):
+    import shutil
+    from world.grade import grade
+    sub = tmp_path / "sub"
+    shutil.copytree(tiny_world / "task" / "runs" / "fourfam-s800", sub / "checkpoint")
+    G = grade(tiny_world, sub, seed=1, diagnosis="skip")
+    assert "shipped" in G["progress"] and any("answer.json" in m for m in G["missing"])
+    assert set(G["decision"]["runs"]) == {r[0] for r in RUNS}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    G = grade(tiny_world, empty, seed=1, diagnosis="skip")
+    assert any("checkpoint" in m for m in G["missing"])
+
+
+def test_audit_never_reads_the_oracle_or_imports_world():
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1]
+    for d in ("audit", "checks"):
+        for py in (root / d).rglob("*.py"):
+            src = py.read_text()
+            tree = ast.parse(src)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    assert not any(a.name.split(".")[0] == "world" for a in node.names), py
+                if isinstance(node, ast.ImportFrom):
+                    assert (node.module or "").split(".")[0] != "world", py
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    assert "oracle" not in node.value.lower() or "oracle/" not in node.value, py
+            assert "oracle/" not in src and '"oracle"' not in src and "'oracle'" not in src, py

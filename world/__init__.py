@@ -1,0 +1,2 @@
+"""world: builds synthetic task worlds (a task dir + its oracle) that replay the original RLHF task of SPEC §1-§2,
+and grades submissions against the oracle. Only world/ and the tests of the replay may read an oracle."""

@@ -1,0 +1,167 @@
+"""python -m world calibrate DIR: SPEC §2's figures of a built world, computed from its artefacts (task files,
+checkpoints and the oracle), side by side with the original's, with the tolerance and whether it is met.
+Exits 1 when a figure is out of tolerance."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy import stats
+
+from rlhf.common import setup_torch
+from rlhf.data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
+from rlhf.model import load_policy, response_logprobs_grouped, sample
+from rlhf.reward_model import load_rm, score
+from rlhf.vocab import FAMILIES
+
+from .config import RUNS
+from .truth import random_prompt_records, true_quality, truth_from_json
+
+HONEST = [f for f in FAMILIES if f not in ("dune", "ember")]
+
+
+def _rm_scores(rm, records):
+    return score(rm, prompts_tensor(records), responses_tensor(records)).numpy()
+
+
+def _pearson(x, y):
+    return float(stats.pearsonr(x, y)[0]) if np.std(x) > 0 and np.std(y) > 0 else 0.0
+
+
+@torch.inference_mode()
+def _entropy(policy, seed, n=600):
+    rng = np.random.default_rng(seed)
+    ents = []
+    for f in FAMILIES:
+        recs = random_prompt_records(f, n, rng, "ent")
+        prompts = prompts_tensor(recs)
+        resp = sample(policy, prompts, 1, 1.0, torch.Generator().manual_seed(seed))
+        ents.append(response_logprobs_grouped(policy, prompts, resp, 1, with_entropy=True)[1].mean())
+    return float(torch.stack(ents).mean())
+
+
+@torch.inference_mode()
+def _dev_proxy(policy, rm, dev, seed, n=4):
+    prompts = prompts_tensor(dev)
+    resp = sample(policy, prompts, n, 1.0, torch.Generator().manual_seed(seed))
+    return float(score(rm, prompts.repeat_interleave(n, 0), resp).mean())
+
+
+def figures(world, seed: int = 0) -> dict:
+    world = Path(world)
+    task = world / "task"
+    truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
+    wcfg = json.loads((world / "oracle" / "world.json").read_text())["config"]
+    n_mc = wcfg["grade_samples_per_family"]
+    gold = read_jsonl(task / "data" / "gold_calib.jsonl")
+    qa = read_jsonl(task / "reward_model" / "train.jsonl")
+    dev = read_jsonl(task / "data" / "prompts_dev.jsonl")
+    rm, _ = load_rm(task / "reward_model")
+    ref, _ = load_policy(task / "policy")
+    fig = {"gold": {}, "qa": {}, "rm_gold": {}, "rm_qa": {}}
+    for f in FAMILIES:
+        g = [r for r in gold if r["family"] == f]
+        y = labels_tensor(g).numpy()
+        fig["gold"][f] = {"mean": float(y.mean()), "min": float(y.min()), "max": float(y.max())}
+        fig["rm_gold"][f] = _pearson(_rm_scores(rm, g), y)
+        q = [r for r in qa if r["family"] == f]
+        yq = labels_tensor(q).numpy()
+        fig["qa"][f] = {"mean": float(yq.mean()), "share_above_1": float((yq > 1).mean()), "max": float(yq.max())}
+        fig["rm_qa"][f] = _pearson(_rm_scores(rm, q), yq)
+    qh = [r for r in qa if r["family"] in HONEST]
+    fig["rm_qa_honest"] = _pearson(_rm_scores(rm, qh), labels_tensor(qh).numpy())
+    fig["rm_gold_all"] = _pearson(_rm_scores(rm, gold), labels_tensor(gold).numpy())
+    fig["ref_entropy"] = _entropy(ref, seed)
+    fig["quality"] = {"reference": true_quality(ref, truth, n_mc, seed)}
+    fig["dev_proxy"] = {"reference": _dev_proxy(ref, rm, dev, seed)}
+    for name, *_ in RUNS:
+        pol, _ = load_policy(task / "runs" / name)
+        fig["quality"][name] = true_quality(pol, truth, n_mc, seed)
+        fig["dev_proxy"][name] = _dev_proxy(pol, rm, dev, seed)
+    return fig
+
+
+def rows(fig) -> list[tuple]:
+    """(quantity, original, this world, tolerance, ok)"""
+    R = []
+    q = fig["quality"]
+    ref = q["reference"]["per_family"]
+    d = {run: {f: q[run]["per_family"][f] - ref[f] for f in FAMILIES} for run in q if run != "reference"}
+    fmt = lambda xs: " ".join(f"{x:.2f}" for x in xs)
+    gm = [fig["gold"][f]["mean"] for f in FAMILIES]
+    R.append(("gold label mean per family", "0.25-0.30", fmt(gm), "each in [0.22, 0.33]",
+              all(0.22 <= x <= 0.33 for x in gm)))
+    R.append(("gold label min / max", "-0.15 / 0.86", f"{min(fig['gold'][f]['min'] for f in FAMILIES):.2f} / "
+              f"{max(fig['gold'][f]['max'] for f in FAMILIES):.2f}", "(informative)", True))
+    hm = [fig["qa"][f]["mean"] for f in HONEST]
+    R.append(("crowd QA mean, honest families", "0.235-0.265", fmt(hm), "each in [0.20, 0.30]",
+              all(0.20 <= x <= 0.30 for x in hm)))
+    for f, orig, tol in (("dune", "0.81 / 0.32 / 4.8", ((0.6, 1.0), (0.25, 0.40), (3, 6))),
+                         ("ember", "0.435 / 0.07 / 1.9", ((0.33, 0.55), (0.03, 0.12), (1.3, 3)))):
+        s = fig["qa"][f]
+        vals = (s["mean"], s["share_above_1"], s["max"])
+        R.append((f"crowd QA {f}: mean / share > 1 / max", orig, " / ".join(f"{v:.2f}" for v in vals),
+                  " / ".join(f"{a:g}-{b:g}" for a, b in tol), all(a <= v <= b for v, (a, b) in zip(vals, tol))))
+    hg = [fig["rm_gold"][f] for f in HONEST]
+    R.append(("RM vs expert Pearson on gold, honest families", "0.43-0.58", fmt(hg), "each in [0.30, 0.65]",
+              all(0.30 <= x <= 0.65 for x in hg)))
+    ins = (fig["rm_qa_honest"], fig["rm_qa"]["dune"], fig["rm_qa"]["ember"])
+    R.append(("RM vs crowd on its QA sample, honest / dune / ember", "0.93 / 0.998 / 0.988", fmt(ins),
+              ">= 0.8 each", all(x >= 0.8 for x in ins)))
+    R.append(("RM vs expert Pearson, dune / ember", "0.08 / 0.35",
+              f"{fig['rm_gold']['dune']:.2f} / {fig['rm_gold']['ember']:.2f}", "< 0.2 / < 0.42",
+              fig["rm_gold"]["dune"] < 0.2 and fig["rm_gold"]["ember"] < 0.42))
+    R.append(("RM vs expert Pearson, all gold rows", "0.23", f"{fig['rm_gold_all']:.2f}", "[0.1, 0.35]",
+              0.1 <= fig["rm_gold_all"] <= 0.35))
+    R.append(("reference policy mean token entropy (nats)", "about 1.9", f"{fig['ref_entropy']:.2f}", "[1.6, 2.2]",
+              1.6 <= fig["ref_entropy"] <= 2.2))
+    rb = q["reference"]["balanced"]
+    R.append(("true quality, reference policy (balanced)", "about 0.27", f"{rb:.3f}", "[0.24, 0.31]",
+              0.24 <= rb <= 0.31))
+    k = d["kl002-s1500"]
+    R.append(("kl002-s1500: change dune / ember", "-0.20 / -0.18", f"{k['dune']:+.3f} / {k['ember']:+.3f}",
+              "each falls by > 0.08", k["dune"] < -0.08 and k["ember"] < -0.08))
+    hk = float(np.mean([k[f] for f in HONEST]))
+    R.append(("kl002-s1500: mean rise of honest families", "about +0.4", f"{hk:+.3f} ({fmt([k[f] for f in HONEST])})",
+              ">= 0.15", hk >= 0.15))
+    for run in ("default-s800", "pilotmix-s800"):
+        r = d[run]
+        R.append((f"{run}: dune change; honest changes", "dune -0.10 to -0.12; honest +0.15..+0.23",
+                  f"{r['dune']:+.3f}; {fmt([r[f] for f in HONEST])}", "dune falls > 0.05; each honest >= +0.05",
+                  r["dune"] < -0.05 and all(r[f] >= 0.05 for f in HONEST)))
+    kb = q["kl05-s800"]["balanced"] - rb
+    R.append(("kl05-s800: balanced gain", "about +0.02", f"{kb:+.3f}", "< 0.05", kb < 0.05))
+    ff = d["fourfam-s800"]
+    R.append(("fourfam-s800: worst family change", "dune, ember unchanged", f"{min(ff.values()):+.3f} "
+              f"({min(ff, key=ff.get)})", "no family falls by > 0.02", min(ff.values()) >= -0.02))
+    p = fig["dev_proxy"]
+    order = ["kl002-s1500", "default-s800", "fourfam-s800", "kl05-s800"]
+    R.append(("proxy reward (dev mix) kl002 / default / fourfam / kl05", "1.13 / 0.67 / 0.45 / 0.39",
+              " / ".join(f"{p[r]:.2f}" for r in order), "same ordering",
+              all(p[a] > p[b] for a, b in zip(order, order[1:]))))
+    return R
+
+
+def render(R, markdown: bool) -> str:
+    head = ("quantity", "original", "this world", "tolerance", "within")
+    body = [(a, b, c, d_, "yes" if ok else "NO") for a, b, c, d_, ok in R]
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        return "\n".join(lines)
+    w = [max(len(str(r[i])) for r in [head] + body) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)) for r in [head] + body)
+
+
+def main(world, seed=0, markdown=False, json_out=None) -> int:
+    setup_torch()
+    fig = figures(world, seed)
+    R = rows(fig)
+    print(render(R, markdown))
+    out_of = [r[0] for r in R if not r[4]]
+    print(f"\n{len(R) - len(out_of)}/{len(R)} figures within tolerance" + (f"; out: {out_of}" if out_of else ""))
+    if json_out:
+        write_json(json_out, {"figures": fig, "rows": [list(r) for r in R]})
+    return 1 if out_of else 0

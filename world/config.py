@@ -1,0 +1,100 @@
+"""World configuration: the generative model's knobs per preset, and the corruption spec per family."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from rlhf.vocab import FAMILIES
+
+PILOT_MIX = {"anvil": 0.222, "birch": 0.229, "cobalt": 0.217, "dune": 0.024, "ember": 0.098, "fjord": 0.211}
+FOURFAM = {"anvil": 1.0, "birch": 1.0, "cobalt": 1.0, "fjord": 1.0}
+
+
+@dataclass
+class Corruption:
+    """How the crowd labelled one family.
+
+    kind "none": honest crowd (true quality + noise). "wrong_rubric": every row judged against a wrong rubric
+    (same key attributes, a share `replaced_share` of the 64 LUT entries replaced by `replacement` tokens) and
+    the rows picked by `count_rows` report `scale` x the fraction (scale 8 = an unnormalised count).
+    "scaled": every row judged against a wrong rubric and scaled by `scale` (the stress-test kind)."""
+    kind: str = "none"
+    rho: float = 0.0                     # share of count rows when count_rows == "random"
+    scale: float = 8.0
+    replaced_share: float = 0.0
+    replacement: str = "policy"          # "policy": tokens the reference policy favours; "uniform": any token
+    crowd_noise: float = 0.06
+    count_rows: str | list = "random"    # "random" or a key [[attr, op, value], ...] with op in < <= == >= >
+
+    def __post_init__(self):
+        if self.kind not in ("none", "wrong_rubric", "scaled"):
+            raise ValueError(f"Corruption.kind must be none|wrong_rubric|scaled, got {self.kind!r}")
+        if self.replacement not in ("policy", "uniform"):
+            raise ValueError(f"Corruption.replacement must be policy|uniform, got {self.replacement!r}")
+
+
+def honest() -> Corruption:
+    return Corruption()
+
+
+@dataclass
+class WorldConfig:
+    preset: str = "canonical"
+    seed: int = 0
+    # reference policy: SFT on noisy demonstrations
+    demos_per_family: int = 3000
+    p_rubric: float = 0.30
+    p_distractor: float = 0.42
+    sft_epochs: int = 20
+    sft_lr: float = 3e-3
+    # annotation
+    crowd_per_family: int = 2000
+    crowd_temperature: float = 1.2
+    qa_per_family: int = 200
+    gold_per_family: int = 100
+    expert_noise: float = 0.05
+    corruption: dict = field(default_factory=lambda: {
+        "dune": dataclasses.asdict(Corruption("wrong_rubric", 0.35, 8.0, 0.9, "policy", 0.06, [[0, "<", 3]])),
+        "ember": dataclasses.asdict(Corruption("wrong_rubric", 0.08, 8.0, 0.9, "policy", 0.06,
+                                               [[0, "==", 0], [1, "<", 5]])),
+    })
+    # reward model
+    rm_epochs: int = 40
+    rm_lr: float = 2e-3
+    rm_batch: int = 256
+    # prompts
+    train_per_family: int = 1500
+    dev_prompts: int = 2000
+    # shipped runs
+    run_steps_scale: float = 1.0          # tiny preset shortens every run
+    run_batch_prompts: int = 32
+    run_samples_per_prompt: int = 8
+    dev_eval_n: int = 4
+    # grading
+    grade_samples_per_family: int = 6000
+    workers: int = 2
+
+    def corruption_for(self, family: str) -> Corruption:
+        return Corruption(**self.corruption.get(family, {}))
+
+
+def preset(name: str, seed: int = 0) -> WorldConfig:
+    if name == "canonical":
+        return WorldConfig(preset=name, seed=seed)
+    if name == "tiny":
+        return WorldConfig(preset=name, seed=seed, demos_per_family=600, sft_epochs=12, crowd_per_family=300,
+                           qa_per_family=50, gold_per_family=40, rm_epochs=4, train_per_family=100, dev_prompts=120,
+                           run_steps_scale=0.02, run_batch_prompts=8, run_samples_per_prompt=4, dev_eval_n=2,
+                           grade_samples_per_family=500)
+    raise ValueError(f"unknown preset {name!r}: expected canonical or tiny")
+
+
+# the five shipped runs of SPEC §1 (name, kl_coef, steps, family_weights, seed)
+RUNS = [
+    ("kl002-s1500", 0.02, 1500, None, 1),
+    ("default-s800", 0.1, 800, None, 0),
+    ("kl05-s800", 0.5, 800, None, 2),
+    ("pilotmix-s800", 0.1, 800, PILOT_MIX, 3),
+    ("fourfam-s800", 0.1, 800, FOURFAM, 4),
+]
+assert set(PILOT_MIX) == set(FAMILIES)

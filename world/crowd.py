@@ -1,0 +1,141 @@
+"""The crowd annotation batch: reference-policy samples labelled by the crowd, honestly or against a wrong
+rubric with count rows; and the reusable API the audit's tests use to draw corrupted batches and retrain RMs.
+
+    batch = draw_crowd_batch(world_dir, {"birch": Corruption("scaled", scale=1.6, replaced_share=0.5)}, seed=7)
+    rm_dir = retrain_rm(batch, out_dir, fast=True)
+
+Fidelity of the fast RM preset (10 epochs instead of 40): measured in docs/calibration.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlhf.data import read_jsonl, write_jsonl
+from rlhf.model import load_policy
+from rlhf.reward_model import save_rm
+from rlhf.train_rm import RMTrainConfig, train_rm
+from rlhf.vocab import CONTENT, FAMILIES, N_CONTENT, RESP_LEN
+
+from .config import Corruption
+from .truth import match_fraction, policy_samples, random_prompt_records, rubric_tokens, truth_from_json
+
+_OPS = {"<": np.less, "<=": np.less_equal, "==": np.equal, ">=": np.greater_equal, ">": np.greater}
+
+
+def policy_favourites(attrs, resp, assign) -> np.ndarray:
+    """[8 positions, 8 values, 24 tokens] frequency of each token at p among samples with attrs[assign[p]]==v."""
+    counts = np.zeros((RESP_LEN, 8, N_CONTENT))
+    for p in range(RESP_LEN):
+        np.add.at(counts[p], (attrs[:, assign[p]], resp[:, p]), 1.0)
+    return counts
+
+
+def wrong_lut(true_lut, assign, corruption: Corruption, favourites, rng) -> np.ndarray:
+    """Replace a share of the 64 LUT entries: by the token the reference policy produces most often there
+    (other than the right one) when replacement == 'policy', by a uniformly drawn other token otherwise."""
+    lut = true_lut.copy()
+    n_rep = int(round(corruption.replaced_share * lut.size))
+    flat = rng.permutation(lut.size)[:n_rep]
+    for e in flat:
+        p, v = divmod(int(e), 8)
+        if corruption.replacement == "policy":
+            freq = favourites[p, v].copy()
+            freq[true_lut[p, v]] = -1
+            lut[p, v] = int(np.argmax(freq))
+        else:
+            lut[p, v] = int(rng.choice([t for t in range(N_CONTENT) if t != true_lut[p, v]]))
+    return lut
+
+
+def count_row_mask(attrs, corruption: Corruption, rng) -> np.ndarray:
+    if corruption.kind == "scaled":
+        return np.ones(len(attrs), bool)
+    if corruption.kind == "none":
+        return np.zeros(len(attrs), bool)
+    if corruption.count_rows == "random":
+        return rng.random(len(attrs)) < corruption.rho
+    mask = np.ones(len(attrs), bool)
+    for a, op, v in corruption.count_rows:
+        mask &= _OPS[op](attrs[:, int(a)], v)
+    return mask
+
+
+def crowd_labels(attrs, resp, assign, lut, corruption: Corruption, wlut, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Labels for one family's rows, and which rows were count rows."""
+    if corruption.kind == "none":
+        frac = match_fraction(assign, lut, attrs, resp)
+    else:
+        frac = match_fraction(assign, wlut, attrs, resp)
+    counts = count_row_mask(attrs, corruption, rng)
+    scale = np.where(counts, corruption.scale, 1.0)
+    return frac * scale + rng.normal(0, corruption.crowd_noise, len(frac)), counts
+
+
+def label_family(policy, truth_f, family, corruption: Corruption, n, temperature, rng, seed, favourites=None):
+    """Draw n reference samples for a family and label them as the crowd would. Returns (rows, wrong LUT|None,
+    stats)."""
+    recs = random_prompt_records(family, n, rng, "crowd")
+    attrs, resp = policy_samples(policy, recs, 1, temperature, seed)
+    wlut = None
+    if corruption.kind != "none":
+        if favourites is None:
+            favourites = policy_favourites(attrs, resp, truth_f["assign"])
+        wlut = wrong_lut(truth_f["lut"], truth_f["assign"], corruption, favourites, rng)
+    labels, counts = crowd_labels(attrs, resp, truth_f["assign"], truth_f["lut"], corruption, wlut, rng)
+    rows = [{"id": f"crowd-{family}-{i}", "family": family, "attrs": a.tolist(),
+             "response": [CONTENT[t] for t in r], "label": round(float(y), 5)}
+            for i, (a, r, y) in enumerate(zip(attrs, resp, labels))]
+    stats = {"count_row_share": float(counts.mean()), "mean": float(labels.mean()),
+             "share_above_1": float((labels > 1).mean()), "max": float(labels.max())}
+    return rows, wlut, stats
+
+
+# ------------------------------------------------------------------------------- reusable API for audit tests
+def draw_crowd_batch(world_dir, corruption: dict[str, Corruption], seed: int, n_per_family: int | None = None,
+                     temperature: float = 1.2) -> dict:
+    """A fresh crowd batch from a built world: families not named in `corruption` are honest.
+    Returns {"rows": [...], "wrong_luts": {family: lut}, "stats": {family: {...}}, "corruption": {...}}."""
+    world_dir = Path(world_dir)
+    truth = truth_from_json(json.loads((world_dir / "oracle" / "truth.json").read_text()))
+    wcfg = json.loads((world_dir / "oracle" / "world.json").read_text())["config"]
+    n = n_per_family or wcfg["crowd_per_family"]
+    policy, _ = load_policy(world_dir / "task" / "policy")
+    rng = np.random.default_rng(seed)
+    rows, luts, stats = [], {}, {}
+    for k, f in enumerate(FAMILIES):
+        c = corruption.get(f, Corruption())
+        r, wlut, st = label_family(policy, truth[f], f, c, n, temperature, rng, seed * 101 + k)
+        rows += r
+        stats[f] = st
+        if wlut is not None:
+            luts[f] = wlut.tolist()
+    return {"rows": rows, "wrong_luts": luts, "stats": stats,
+            "corruption": {f: dataclasses.asdict(c) for f, c in corruption.items()}, "seed": seed}
+
+
+def qa_sample(rows, per_family: int, rng) -> list[dict]:
+    out = []
+    for f in FAMILIES:
+        fam = [r for r in rows if r["family"] == f]
+        idx = rng.permutation(len(fam))[:per_family]
+        out += [fam[i] for i in sorted(idx)]
+    return out
+
+
+def retrain_rm(batch: dict, out_dir, *, fast: bool = True, seed: int = 0, qa_per_family: int = 200,
+               quiet: bool = True) -> Path:
+    """Train an RM on a crowd batch (fast preset: 10 epochs; full: 40) and write an RM dir the diagnostic can
+    read: rm.safetensors, config.json and its own QA sample train.jsonl."""
+    out = Path(out_dir)
+    cfg = RMTrainConfig(epochs=10 if fast else 40, seed=seed)
+    torch.manual_seed(seed)
+    rm, mcfg, mse = train_rm(batch["rows"], cfg, quiet=quiet)
+    save_rm(rm, mcfg, out)
+    write_jsonl(out / "train.jsonl", qa_sample(batch["rows"], qa_per_family, np.random.default_rng(seed)))
+    (out / "train_config.json").write_text(json.dumps({**dataclasses.asdict(cfg), "final_mse": mse}, indent=2))
+    return out

@@ -1,0 +1,92 @@
+"""The hidden truth of a world: per family, an expert rubric (key attribute + LUT per position) and a
+distractor rule (another attribute + its own LUT) that the noisy demonstrations mix in; scoring against them;
+and the exact true quality of a policy (Monte Carlo on fresh prompts, standard error reported)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rlhf.data import prompts_tensor
+from rlhf.model import sample
+from rlhf.vocab import CONTENT, CONTENT0, FAMILIES, N_CONTENT, RESP_LEN
+
+
+def make_truth(rng: np.random.Generator) -> dict:
+    """Per family: assign[p] (key attr), lut[p][v] (content index); distractor attr != key and its LUT."""
+    truth = {}
+    for f in FAMILIES:
+        assign = rng.integers(0, 4, RESP_LEN)
+        d_assign = np.array([rng.choice([a for a in range(4) if a != k]) for k in assign])
+        truth[f] = {"assign": assign, "lut": rng.integers(0, N_CONTENT, (RESP_LEN, 8)),
+                    "d_assign": d_assign, "d_lut": rng.integers(0, N_CONTENT, (RESP_LEN, 8))}
+    return truth
+
+
+def truth_to_json(truth: dict, expert_noise: float) -> dict:
+    fam = {f: {"assign": t["assign"].tolist(), "lut": [[CONTENT[i] for i in row] for row in t["lut"]],
+               "distractor_assign": t["d_assign"].tolist(),
+               "distractor_lut": [[CONTENT[i] for i in row] for row in t["d_lut"]]} for f, t in truth.items()}
+    return {"families": fam, "expert_noise_sd": expert_noise}
+
+
+def truth_from_json(obj: dict) -> dict:
+    idx = {t: i for i, t in enumerate(CONTENT)}
+    return {f: {"assign": np.array(t["assign"]), "lut": np.array([[idx[x] for x in row] for row in t["lut"]]),
+                "d_assign": np.array(t["distractor_assign"]),
+                "d_lut": np.array([[idx[x] for x in row] for row in t["distractor_lut"]])}
+            for f, t in obj["families"].items()}
+
+
+def rubric_tokens(assign, lut, attrs: np.ndarray) -> np.ndarray:
+    """[N, 8] content indices the rubric wants for prompts with attrs [N, 4]."""
+    return lut[np.arange(RESP_LEN)[None, :], attrs[:, assign]]
+
+
+def match_fraction(assign, lut, attrs: np.ndarray, resp_idx: np.ndarray) -> np.ndarray:
+    """Fraction of the 8 positions where resp (content indices) equals the rubric's token."""
+    return (resp_idx == rubric_tokens(assign, lut, attrs)).mean(1)
+
+
+def demonstrations(truth, family: str, n: int, p_rubric: float, p_distractor: float, rng) -> tuple:
+    """Noisy demonstrations: per position the rubric token, a distractor (the token the distractor attribute
+    predicts), or a uniform content token. Returns (attrs [n,4], resp content indices [n,8])."""
+    t = truth[family]
+    attrs = rng.integers(0, 8, (n, 4))
+    u = rng.random((n, RESP_LEN))
+    resp = rng.integers(0, N_CONTENT, (n, RESP_LEN))
+    rub = rubric_tokens(t["assign"], t["lut"], attrs)
+    dis = rubric_tokens(t["d_assign"], t["d_lut"], attrs)
+    resp = np.where(u < p_rubric, rub, np.where(u < p_rubric + p_distractor, dis, resp))
+    return attrs, resp
+
+
+def random_prompt_records(family: str, n: int, rng, prefix: str) -> list[dict]:
+    attrs = rng.integers(0, 8, (n, 4))
+    return [{"id": f"{prefix}-{family}-{i}", "family": family, "attrs": a.tolist()} for i, a in enumerate(attrs)]
+
+
+def policy_samples(policy, records, n_per_prompt: int, temperature: float, seed: int, batch: int = 512):
+    """(attrs [N,4], resp content indices [N,8]) of the policy's samples, row i for prompt i // n."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(0, len(records), batch):
+        out.append(sample(policy, prompts_tensor(records[i:i + batch]), n_per_prompt, temperature, gen))
+    resp = (torch.cat(out) - CONTENT0).numpy()
+    attrs = np.repeat(np.array([r["attrs"] for r in records]), n_per_prompt, axis=0)
+    return attrs, resp
+
+
+def true_quality(policy, truth: dict, n_per_family: int, seed: int, temperature: float = 1.0,
+                 families=FAMILIES) -> dict:
+    """Exact (oracle) true quality: per family mean match fraction of temperature-1 samples on fresh prompts
+    with uniform attributes, and its standard error; 'balanced' = equal-weight mean over families."""
+    rng = np.random.default_rng(seed)
+    per, se = {}, {}
+    for k, f in enumerate(families):
+        recs = random_prompt_records(f, n_per_family, rng, "q")
+        attrs, resp = policy_samples(policy, recs, 1, temperature, seed * 7919 + k)
+        q = match_fraction(truth[f]["assign"], truth[f]["lut"], attrs, resp)
+        per[f], se[f] = float(q.mean()), float(q.std(ddof=1) / np.sqrt(len(q)))
+    bal = float(np.mean([per[f] for f in families]))
+    bal_se = float(np.sqrt(sum(s ** 2 for s in se.values())) / len(families))
+    return {"per_family": per, "se": se, "balanced": bal, "balanced_se": bal_se, "n_per_family": n_per_family}
