@@ -19,7 +19,7 @@ from .rubric import RubricFitConfig, arrays_from_records, bootstrap_rubrics, cro
 @dataclass
 class RecoveryConfig:
     prior_samples_per_family: int = 4000     # reference-policy samples behind the prior
-    prior_weights: tuple = (0.25, 1.0)       # candidates, chosen per family by cross-validation on gold
+    prior_weights: tuple = (1.0, 2.0, 4.0, 8.0)   # candidates, chosen per family by cross-validation on gold
     n_boot: int = 100
     cv_folds: int = 5
     # crowd rows join a family's fit only when their labels look like the experts': no label above the rubric's
@@ -77,14 +77,20 @@ def recover_family(family, gold_rows, crowd_rows, ref_policy, cfg: RecoveryConfi
     rng = np.random.default_rng(cfg.seed + FAMILIES.index(family))
     pa, pr = sample_arrays(ref_policy, uniform_prompts(family, cfg.prior_samples_per_family, rng), 1,
                            cfg.seed * 7 + FAMILIES.index(family))
-    prior, key_prior = policy_prior(pa, pr)
+    prior, _ = policy_prior(pa, pr)
+    # Key-neutral prior: under every candidate key attribute the policy's favourite token costs nothing and the
+    # others pay their log-odds against it. Raw log-frequencies would favour whichever attribute makes the policy
+    # most peaked -- in a policy trained on distractor-heavy demonstrations that is the distractor's attribute,
+    # not the key (measured: the raw prior picked the wrong key everywhere; this one lets gold pick the key).
+    prior = prior - prior.max(-1, keepdims=True)
+    key_prior = None
     A, R, y = arrays_from_records(gold_rows)
     # the prior's weight: the one that predicts held-out gold best
     cvs = {w: cross_validate(A, R, y, k=min(cfg.cv_folds, len(y)), seed=cfg.seed, prior_logp=prior,
-                             key_logprior=key_prior, cfg=RubricFitConfig(prior_weight=w, key_prior_weight=w))
+                             key_logprior=key_prior, cfg=RubricFitConfig(prior_weight=w))
            for w in cfg.prior_weights}
-    w_best = max(cvs, key=lambda w: (cvs[w]["pearson"], -w))
-    fcfg = RubricFitConfig(prior_weight=w_best, key_prior_weight=w_best)
+    w_best = max(cvs, key=lambda w: (round(cvs[w]["pearson"], 3), -w))
+    fcfg = RubricFitConfig(prior_weight=w_best)
     gold_fit = fit_rubric(A, R, y, prior_logp=prior, key_logprior=key_prior, cfg=fcfg)
     trust = _trust(gold_fit, crowd_rows, cfg)
     if trust["trusted"]:

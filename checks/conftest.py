@@ -1,2 +1,62 @@
-"""Audit checks (SPEC §3): each test is a claim; checks/evidence_plugin.py records them into evidence.json."""
+"""Audit checks (SPEC §3): each test is a claim; checks/evidence_plugin.py records them into evidence.json.
+
+    python -m pytest checks --task TASK --seed 0 --evidence OUT/evidence.json --audit-out OUT [--audit-preset small]
+
+The session fixture `audit` does the expensive shared work once, cached on disk under OUT/.cache keyed by the
+task's input hashes and the audit config (a re-run after a crash resumes)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from audit.evidence import hash_inputs
+from audit.session import AuditConfig, AuditSession
+from rlhf.vocab import FAMILIES
+
 pytest_plugins = ["checks.evidence_plugin"]
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("audit")
+    g.addoption("--audit-out", default="out/certify", help="output dir (cache, shipped checkpoint)")
+    g.addoption("--audit-preset", default="full", choices=["full", "small"], help="small: tiny worlds and tests")
+
+
+def _task_runs(config):
+    task = config.getoption("--task")
+    runs = Path(task) / "runs" if task else None
+    return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs and runs.is_dir() else []
+
+
+def pytest_generate_tests(metafunc):
+    # runs are discovered from the task, so the claim ids name them: run.passes_release_rule[fourfam-s800]
+    if "run_name" in metafunc.fixturenames:
+        metafunc.parametrize("run_name", _task_runs(metafunc.config))
+    if "run_family" in metafunc.fixturenames:
+        pairs = [f"{r}-{f}" for r in _task_runs(metafunc.config) for f in FAMILIES]
+        metafunc.parametrize("run_family", pairs)
+    if "family" in metafunc.fixturenames:
+        metafunc.parametrize("family", FAMILIES)
+
+
+@pytest.fixture(scope="session")
+def audit_config(pytestconfig, audit_seed):
+    preset = pytestconfig.getoption("--audit-preset")
+    cfg = AuditConfig.small(audit_seed) if preset == "small" else AuditConfig().with_seed(audit_seed)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def audit_out(pytestconfig):
+    out = Path(pytestconfig.getoption("--audit-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def audit(task_dir, audit_config, audit_out, evidence_recorder):
+    import dataclasses
+    evidence_recorder.config.update({"audit_config": json.loads(json.dumps(dataclasses.asdict(audit_config),
+                                                                           default=str)),
+                                     "release_rule": audit_config.release_rule.describe()})
+    return AuditSession(task_dir, audit_config, audit_out / ".cache", hash_inputs(task_dir))

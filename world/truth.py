@@ -17,8 +17,13 @@ def make_truth(rng: np.random.Generator) -> dict:
     for f in FAMILIES:
         assign = rng.integers(0, 4, RESP_LEN)
         d_assign = np.array([rng.choice([a for a in range(4) if a != k]) for k in assign])
+        # a distractor is a *plausible* token: the distractor attribute picks it from one or two tokens per
+        # position, so the reference policy favours them whatever the key attribute says (what a wrong crowd
+        # rubric built from "tokens the policy likes" latches onto)
+        d_lut = np.stack([rng.choice(rng.choice(N_CONTENT, int(rng.integers(1, 3)), replace=False), 8)
+                          for _ in range(RESP_LEN)])
         truth[f] = {"assign": assign, "lut": rng.integers(0, N_CONTENT, (RESP_LEN, 8)),
-                    "d_assign": d_assign, "d_lut": rng.integers(0, N_CONTENT, (RESP_LEN, 8))}
+                    "d_assign": d_assign, "d_lut": d_lut}
     return truth
 
 

@@ -1,0 +1,150 @@
+"""The audit's expensive shared work (rubric recovery, sampling and scoring every policy, the diagnostic),
+computed once per task and cached on disk keyed by the task's input hashes and the audit config, so that a
+re-run after a crash resumes instead of starting over. Checks read from here; nothing here asserts."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pickle
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlhf.common import setup_torch
+from rlhf.vocab import FAMILIES
+
+from .agreement import crowd_scale, rm_vs_labels
+from .diagnostic import DiagnosticConfig, diagnose
+from .quality import QualityConfig, QualityEstimator
+from .recovery import RecoveryConfig, recover_rubrics
+from .release import ReleaseRule
+from .task import load_task
+
+
+@dataclass
+class AuditConfig:
+    seed: int = 0
+    n_resamples: int = 2000
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
+    diagnostic: DiagnosticConfig = field(default_factory=DiagnosticConfig)
+    release_rule: ReleaseRule = field(default_factory=ReleaseRule)
+    # thresholds of the per-family claims
+    rm_min_pearson_lower: float = 0.2       # RM agrees with experts: Pearson CI lower bound above this
+    crowd_max_share_above_1: float = 0.01   # crowd labels on the rubric's scale: at most this share above 1
+    rubric_min_cv_pearson: float = 0.5      # recovered rubric predicts held-out gold at least this well
+
+    @classmethod
+    def small(cls, seed: int = 0) -> "AuditConfig":
+        """A preset for tiny worlds and tests: fewer samples and refits."""
+        return cls(seed=seed, n_resamples=500,
+                   recovery=RecoveryConfig(prior_samples_per_family=600, n_boot=20, seed=seed),
+                   quality=QualityConfig(prompts_per_family=200, samples_per_prompt=2, seed=seed),
+                   diagnostic=DiagnosticConfig(steps=20, batch_prompts=8, samples_per_prompt=4,
+                                               prior_samples_per_family=600, eval_prompts_per_family=100, seed=seed))
+
+    def with_seed(self, seed: int) -> "AuditConfig":
+        return dataclasses.replace(self, seed=seed, recovery=dataclasses.replace(self.recovery, seed=seed),
+                                   quality=dataclasses.replace(self.quality, seed=seed),
+                                   diagnostic=dataclasses.replace(self.diagnostic, seed=seed))
+
+
+def progress(msg: str):
+    print(f"[audit] {msg}", file=sys.__stderr__, flush=True)   # past pytest's capture: progress per stage
+
+
+class AuditSession:
+    def __init__(self, task_dir, cfg: AuditConfig, cache_root, input_hashes: dict):
+        setup_torch()
+        self.task = load_task(task_dir)
+        self.cfg = cfg
+        key = hashlib.sha256(json.dumps({"inputs": input_hashes, "config": dataclasses.asdict(cfg)},
+                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self.cache = Path(cache_root) / key
+        self.cache.mkdir(parents=True, exist_ok=True)
+        self._mem = {}
+
+    def _cached(self, name: str, compute):
+        """Memory, then disk (pickle, written atomically), then compute."""
+        if name in self._mem:
+            return self._mem[name]
+        path = self.cache / f"{name}.pkl"
+        if path.exists():
+            value = pickle.loads(path.read_bytes())
+        else:
+            t = time.time()
+            value = compute()
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(value))
+            tmp.replace(path)
+            progress(f"{name}: {time.time() - t:.1f}s")
+        self._mem[name] = value
+        return value
+
+    # ---------------------------------------------------------------------------------------------- stages
+    def agreement(self) -> dict:
+        return self._cached("agreement", lambda: {
+            "rm_gold": rm_vs_labels(self.task.load_rm(), self.task.gold, n_resamples=self.cfg.n_resamples,
+                                    seed=self.cfg.seed),
+            "rm_qa": rm_vs_labels(self.task.load_rm(), self.task.qa, n_resamples=self.cfg.n_resamples,
+                                  seed=self.cfg.seed),
+            "crowd_scale": crowd_scale(self.task.qa)})
+
+    def rubrics(self) -> dict:
+        return self._cached("rubrics", lambda: recover_rubrics(self.task, self.task.load_policy(), self.cfg.recovery))
+
+    def estimator(self) -> QualityEstimator:
+        if "estimator" not in self._mem:
+            self._mem["estimator"] = QualityEstimator(self.rubrics(), self.cfg.quality)
+        return self._mem["estimator"]
+
+    def quality(self, name: str) -> dict:
+        """Estimated true quality of 'reference' or a run, with paired deltas against the reference."""
+        def compute():
+            est = self.estimator()
+            ref = ("reference", self.task.load_policy())
+            if name == "reference":
+                return est.estimate(*ref)
+            return est.estimate(name, self.task.load_policy(name), reference=ref)
+        return self._cached(f"quality-{name}", compute)
+
+    def run_verdict(self, name: str) -> dict:
+        q = self.quality(name)
+        v = self.cfg.release_rule.evaluate(q["delta"], q["delta_ci95"],
+                                           {f: q["per_family"][f]["delta_ci95"] for f in FAMILIES})
+        return {**v, "quality": q}
+
+    def shipped(self) -> dict:
+        """For now: the passing run with the highest estimated quality, else the reference."""
+        passing = [n for n in self.task.runs if self.run_verdict(n)["passes"]]
+        if passing:
+            best = max(passing, key=lambda n: self.quality(n)["estimate"])
+            return {"source": best, "dir": self.task.runs[best].dir, "config": self.task.runs[best].config}
+        return {"source": "reference", "dir": self.task.policy_dir, "config": None}
+
+    def diagnostic(self) -> dict:
+        return self._cached("diagnostic", lambda: diagnose(self.task.rm_dir, self.task.policy_dir,
+                                                           self.task.root / "data" / "prompts_train.jsonl",
+                                                           self.cfg.diagnostic))
+
+    def ship_checkpoint(self, out_dir) -> Path:
+        """Copy the shipped policy to OUT/checkpoint atomically (a failed copy never replaces a good one)."""
+        src = self.shipped()["dir"]
+        dst = Path(out_dir) / "checkpoint"
+        tmp = Path(out_dir) / ".checkpoint.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for f in ("policy.safetensors", "config.json"):
+            shutil.copy2(Path(src) / f, tmp / f)
+        if dst.exists():
+            old = Path(out_dir) / ".checkpoint.old"
+            shutil.rmtree(old, ignore_errors=True)
+            dst.rename(old)
+            tmp.rename(dst)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(dst)
+        return dst

@@ -1,0 +1,56 @@
+"""Claim 6: the shipped checkpoint improved over the reference on the deployment mix (balanced over families),
+by how much, with a CI that includes the rubric's uncertainty; which families improved."""
+import pytest
+import torch
+
+from rlhf.dev_eval import dev_eval
+from rlhf.model import load_policy
+from rlhf.vocab import FAMILIES
+
+BASIS = ("true quality estimated on fresh prompts with uniform attributes (deployment traffic is balanced), "
+         "{n} prompts x {k} samples per family at temperature 1.0, scored by the expert rubric recovered from "
+         "the gold set (plus crowd rows of families whose labels agree with the experts; reference-policy prior); "
+         "95% CI from {b} rubric refits on resampled rows combined with sampling error; improvement = the "
+         "paired delta's CI lower bound above 0")
+
+
+@pytest.mark.claim("shipped.improves_over_reference")
+def test_shipped_improves_over_reference(audit, evidence, audit_out):
+    shipped = audit.shipped()
+    ck = audit.ship_checkpoint(audit_out)
+    src = shipped["source"]
+    if src == "reference":
+        q = audit.quality("reference")
+        q = {**q, "delta": 0.0, "delta_ci95": [0.0, 0.0], "reference": q["estimate"],
+             "per_family": {f: {**v, "reference": v["estimate"], "delta": 0.0, "delta_ci95": [0.0, 0.0]}
+                            for f, v in q["per_family"].items()}}
+    else:
+        q = audit.quality(src)
+    improved = [f for f in FAMILIES if q["per_family"][f]["delta_ci95"][0] > 0]
+    cfg = shipped["config"] or {}
+    if src == "reference":   # zero RL steps: nothing optimised, no reward used
+        recipe = {"source": "reference", "description": "no run passes the release rule: the reference policy is "
+                  "shipped unchanged", "kl_coef": 0.0, "steps": 0, "family_weights": None,
+                  "reward": {f: "none" for f in FAMILIES}, "seed": audit.cfg.seed}
+    else:
+        weights = cfg.get("family_weights")
+        recipe = {"source": src, "description": f"shipped run {src} unchanged (the best run that passes the "
+                  "release rule)", "kl_coef": cfg["kl_coef"], "steps": cfg["steps"], "family_weights": weights,
+                  "reward": {f: ("rm" if not weights or weights.get(f, 0) > 0 else "none") for f in FAMILIES},
+                  "seed": cfg["seed"]}
+    task = audit.task
+    dev = dev_eval(load_policy(ck)[0], task.load_policy(), task.load_rm(), task.prompts_dev, task.gold, 4,
+                   torch.Generator().manual_seed(audit.cfg.seed))
+    cert = {"improved_over_reference": q["delta_ci95"][0] > 0, "estimated_true_quality": q["estimate"],
+            "ci95": q["ci95"], "reference_true_quality": q["reference"], "delta": q["delta"],
+            "delta_ci95": q["delta_ci95"], "families_improved": improved,
+            "families_not_improved": [f for f in FAMILIES if f not in improved],
+            "per_family": {f: {"estimate": v["estimate"], "ci95": v["ci95"], "reference": v["reference"],
+                               "delta_ci95": v["delta_ci95"]} for f, v in q["per_family"].items()},
+            "basis": BASIS.format(n=q["prompts_per_family"], k=q["samples_per_prompt"], b=q["n_boot"])}
+    evidence.record(estimate=q["estimate"], ci95=q["ci95"], n_resamples=q["n_boot"], seed=audit.cfg.seed,
+                    method="recovered-rubric quality, paired delta vs reference", thresholds={"delta_ci95_lower_gt": 0},
+                    details={"checkpoint_dir": str(ck), "recipe": recipe, "dev_eval": dev, "certification": cert},
+                    inputs=["policy/", "runs/", "data/gold_calib.jsonl"])
+    assert cert["improved_over_reference"], (f"shipped {src}: balanced delta {q['delta']:+.3f}, CI {q['delta_ci95']} "
+                                             "not above 0")
