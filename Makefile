@@ -6,14 +6,17 @@ WORLD   ?= worlds/canonical
 TASK    ?= $(WORLD)/task
 OUT     ?= out/certify
 
-.PHONY: help install test bench world certify clean
+.PHONY: help install test bench world certify calibrate grade clean
 
 help:
 	@echo "make certify   audit the canonical world (built if missing) -> $(OUT)/answer.json, summary.md"
 	@echo "make test      unit, property and end-to-end tests on the tiny world"
 	@echo "make bench     RL step speed: fast path vs the naive reference path"
 	@echo "make world     build the canonical world into $(WORLD) (seed $(SEED))"
+	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
+	@echo "make grade     judge $(OUT) against $(WORLD)'s oracle (slow: trains RMs and RL runs for the diagnosis)"
 	@echo "make install   create .venv with the pinned dependencies (idempotent)"
+	@echo "variables: TASK=dir OUT=dir SEED=n WORLD=dir"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
@@ -27,6 +30,19 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m rlhf.bench --steps 20
+
+world: $(STAMP)
+	@test -f $(WORLD)/oracle/world.json || $(PY) -m world build --out $(WORLD) --seed $(SEED)
+
+certify: $(STAMP)
+	@if [ "$(TASK)" = "$(WORLD)/task" ]; then $(MAKE) --no-print-directory world; fi
+	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)
+
+calibrate: world
+	$(PY) -m world calibrate $(WORLD)
+
+grade: $(STAMP)
+	$(PY) -m world grade --world $(WORLD) --submission $(OUT)
 
 clean:
 	rm -rf out .pytest_cache

@@ -39,7 +39,8 @@ def main(argv=None) -> int:
     print(f"[certify] running the claims in checks/ on {task} (seed {a.seed}, preset {a.preset})", flush=True)
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks"), "-q", "-p", "no:cacheprovider", "--rootdir",
            str(ROOT), "--task", str(task.resolve()), "--seed", str(a.seed), "--evidence", str(evidence),
-           "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "-o", "console_output_style=count"]
+           "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "-o", "console_output_style=count",
+           "--capture=sys"]   # sys-level capture leaves fd 2 alone: the per-stage progress lines reach the terminal
     rc = subprocess.run(cmd, cwd=ROOT).returncode
     if not evidence.exists():
         print(f"[certify] pytest exited {rc} without evidence: nothing rendered", file=sys.stderr)

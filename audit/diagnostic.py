@@ -34,7 +34,7 @@ from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import crowd_scale
-from .recovery import sample_arrays, uniform_prompts
+from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, policy_prior
 
 
@@ -52,11 +52,15 @@ class DiagnosticConfig:
 
 
 def prior_rubric(policy, family: str, cfg: DiagnosticConfig) -> Rubric:
+    """A gold-free, label-free stand-in for the rubric, from the reference policy alone: per position, the key
+    attribute is the one the policy's token choice depends on most (mutual information), and each LUT entry is
+    the token most *associated* with that attribute value (highest lift, see audit.recovery.association_prior).
+    Labels are not used: a corrupted crowd batch is exactly what this must not lean on."""
     rng = np.random.default_rng(cfg.seed + 17 + FAMILIES.index(family))
     A, R = sample_arrays(policy, uniform_prompts(family, cfg.prior_samples_per_family, rng), 1, cfg.seed + 3)
     logp, key_logp = policy_prior(A, R)
     assign = key_logp.argmax(1)
-    lut = logp[np.arange(8), assign].argmax(-1)
+    lut = association_prior(logp)[np.arange(8), assign].argmax(-1)
     return Rubric(assign=assign, lut=lut, entry_posterior=np.ones((8, 8)), sigma=0.0, n_rows=0,
                   identified=np.ones((8, 8), bool))
 
@@ -100,6 +104,8 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     ref, _ = load_policy(policy_dir)
     load_rm(rm_dir)   # fail early, with the loader's clear message, on a bad RM dir
     fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
+    qa_path = rm_dir / "train.jsonl"
+    qa = read_jsonl(qa_path, require=("response", "label")) if qa_path.exists() else []
     rubrics = {f: prior_rubric(ref, f, cfg) for f in fams}
     rng = np.random.default_rng(cfg.seed + 5)
     eval_prompts = {f: uniform_prompts(f, cfg.eval_prompts_per_family, rng) for f in fams}
@@ -107,8 +113,7 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     pol_rm = _short_run(cfg, policy_dir, prompts_file, reward_model=str(rm_dir))
     pol_rub = _short_run(cfg, policy_dir, prompts_file, reward_fn=rubric_reward(rubrics))
     q_rm, q_rub = _quality(pol_rm, rubrics, eval_prompts, cfg.seed), _quality(pol_rub, rubrics, eval_prompts, cfg.seed)
-    qa_path = rm_dir / "train.jsonl"
-    scale = crowd_scale(read_jsonl(qa_path, require=("response", "label"))) if qa_path.exists() else {}
+    scale = crowd_scale(qa) if qa else {}
     out = {}
     for f in fams:
         g_rm, g_rub = q_rm[f] - q_ref[f], q_rub[f] - q_ref[f]

@@ -32,4 +32,5 @@ def test_diagnostic_flags_families(audit, evidence):
                                             "config": d["config"]}},
                     inputs=["reward_model/", "policy/", "data/prompts_train.jsonl"])
     wrong = [f for f in FAMILIES if flags[f] != gold_risky[f]]
-    assert not wrong, f"diagnostic disagrees with the gold set on {wrong}"
+    if not (not wrong):
+        pytest.fail(f"diagnostic disagrees with the gold set on {wrong}", pytrace=False)

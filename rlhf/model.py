@@ -164,10 +164,15 @@ def save_policy(policy, cfg, directory):
 
 
 # ------------------------------------------------------------------------------------------------- sampling
-def _draw(logits, temperature: float, generator):
-    # Gumbel-max with explicitly drawn uniforms, so the fast and the naive path consume the same random numbers.
-    u = torch.rand(logits.shape, generator=generator).clamp_(1e-20, 1.0)
-    return torch.argmax(logits / temperature - torch.log(-torch.log(u)), dim=-1)
+def draw_uniforms(n_rows: int, generator=None, vocab_size: int = VOCAB_SIZE) -> torch.Tensor:
+    """The random numbers one sampling call consumes: [8 steps, n_rows, vocab]. Drawing them up front lets the
+    fast, the naive and the thread-parallel paths sample exactly the same responses."""
+    return torch.rand((RESP_LEN, n_rows, vocab_size), generator=generator)
+
+
+def _draw(logits, temperature: float, u):
+    # Gumbel-max with explicitly drawn uniforms
+    return torch.argmax(logits / temperature - torch.log(-torch.log(u.clamp(1e-20, 1.0))), dim=-1)
 
 
 def _repeat_cache(cache, n: int):
@@ -175,16 +180,19 @@ def _repeat_cache(cache, n: int):
 
 
 @torch.no_grad()  # not inference_mode: the samples feed an autograd pass
-def sample(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.0, generator=None):
+def sample(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.0, generator=None, uniforms=None):
     """Responses [B*n, 8] for prompts [B, 6]; row i belongs to prompt i // n. Incremental decoding with a
-    key/value cache: each prompt is encoded once (not once per sample), then one token per step."""
+    key/value cache: each prompt is encoded once (not once per sample), then one token per step.
+    `uniforms` ([8, B*n, V], see draw_uniforms) replaces drawing from `generator`."""
+    if uniforms is None:
+        uniforms = draw_uniforms(len(prompts) * n_per_prompt, generator)
     logits, cache = policy(prompts, return_cache=True)
     logits = logits[:, -1].repeat_interleave(n_per_prompt, 0)
     cache = _repeat_cache(cache, n_per_prompt)
     out = []
     P = prompts.shape[1]
     for t in range(RESP_LEN):
-        tok = _draw(logits, temperature, generator)
+        tok = _draw(logits, temperature, uniforms[t])
         out.append(tok)
         if t + 1 < RESP_LEN:
             logits, cache = policy(tok[:, None], past=cache, start=P + t, return_cache=True)
@@ -193,12 +201,14 @@ def sample(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.0, gen
 
 
 @torch.no_grad()
-def sample_naive(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.0, generator=None):
+def sample_naive(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.0, generator=None, uniforms=None):
     """Reference path: re-runs the whole sequence through the policy for every sampled token."""
+    if uniforms is None:
+        uniforms = draw_uniforms(len(prompts) * n_per_prompt, generator)
     seq = prompts.repeat_interleave(n_per_prompt, 0)
-    for _ in range(RESP_LEN):
+    for t in range(RESP_LEN):
         logits = policy(seq)[:, -1]
-        seq = torch.cat([seq, _draw(logits, temperature, generator)[:, None]], 1)
+        seq = torch.cat([seq, _draw(logits, temperature, uniforms[t])[:, None]], 1)
     return seq[:, prompts.shape[1]:]
 
 

@@ -25,7 +25,7 @@ from rlhf.vocab import CONTENT, FAMILIES
 from . import texts
 from .config import RUNS, PILOT_MIX, WorldConfig, preset
 from .crowd import label_family, policy_favourites, qa_sample
-from .truth import demonstrations, make_truth, policy_samples, random_prompt_records, truth_to_json
+from .truth import demonstrations, make_truth, match_fraction, policy_samples, random_prompt_records, truth_to_json
 
 
 def log(msg: str, t0: float, quiet: bool = False):
@@ -69,10 +69,13 @@ def _train_run(args):
 def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
     t0 = time.time()
     setup_torch()
-    out = Path(out_dir)
+    final = Path(out_dir)
+    if final.exists() and any(final.iterdir()):
+        raise FileExistsError(f"{final}: a world is already there (remove it or choose another --out)")
+    # build beside the target and rename at the end: an interrupted build never looks like a world
+    out = final.parent / f".{final.name}.partial"
+    shutil.rmtree(out, ignore_errors=True)
     task, oracle = out / "task", out / "oracle"
-    if task.exists() or oracle.exists():
-        raise FileExistsError(f"{out}: a world is already there (remove it or choose another --out)")
     for d in ("policy", "reward_model", "data", "configs", "runs"):
         (task / d).mkdir(parents=True)
     oracle.mkdir(parents=True)
@@ -135,7 +138,6 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
     for k, f in enumerate(FAMILIES):
         recs = random_prompt_records(f, cfg.gold_per_family, rng, "gold")
         a, r = policy_samples(policy, recs, 1, 1.0, cfg.seed * 977 + k)
-        from .truth import match_fraction
         q = match_fraction(truth[f]["assign"], truth[f]["lut"], a, r)
         y = q + rng.normal(0, cfg.expert_noise, len(q))
         gold += [{**rec, "response": [CONTENT[t] for t in rr], "label": round(float(v), 5)}
@@ -180,5 +182,8 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
     timings["total_s"] = round(time.time() - t0, 1)
     write_json(oracle / "world.json", {"config": dataclasses.asdict(cfg), "seed": cfg.seed, "timings": timings,
                                        "sft_final_nll": nll, "rm_final_mse": mse, "crowd_stats": crowd_stats})
-    log(f"built {out} in {timings['total_s']:.0f}s", t0, quiet)
+    if final.exists():
+        final.rmdir()
+    out.rename(final)
+    log(f"built {final} in {timings['total_s']:.0f}s", t0, quiet)
     return timings

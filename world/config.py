@@ -43,7 +43,7 @@ class WorldConfig:
     seed: int = 0
     # reference policy: SFT on noisy demonstrations
     demos_per_family: int = 3000
-    p_rubric: float = 0.30
+    p_rubric: float = 0.27
     p_distractor: float = 0.42
     sft_epochs: int = 20
     sft_lr: float = 3e-3
@@ -53,9 +53,10 @@ class WorldConfig:
     qa_per_family: int = 200
     gold_per_family: int = 100
     expert_noise: float = 0.05
+    honest_crowd_noise: float = 0.07
     corruption: dict = field(default_factory=lambda: {
         "dune": dataclasses.asdict(Corruption("wrong_rubric", 0.35, 8.0, 0.9, "policy", 0.06, [[0, "<", 3]])),
-        "ember": dataclasses.asdict(Corruption("wrong_rubric", 0.08, 8.0, 0.9, "policy", 0.06,
+        "ember": dataclasses.asdict(Corruption("wrong_rubric", 0.08, 4.0, 0.9, "policy", 0.06,
                                                [[0, "==", 0], [1, "<", 5]])),
     })
     # reward model
@@ -75,7 +76,9 @@ class WorldConfig:
     workers: int = 2
 
     def corruption_for(self, family: str) -> Corruption:
-        return Corruption(**self.corruption.get(family, {}))
+        if family in self.corruption:
+            return Corruption(**self.corruption[family])
+        return Corruption(crowd_noise=self.honest_crowd_noise)
 
 
 def preset(name: str, seed: int = 0) -> WorldConfig:

@@ -1,0 +1,58 @@
+"""The gold-free diagnostic's contract (CLI, output, determinism) on the tiny world, and its gold-free rubric on
+a world it was not fitted to. Its AUROC on re-trained RMs is measured by `python -m world grade` (docs/)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from audit.diagnostic import DiagnosticConfig, diagnose, prior_rubric
+from audit.recovery import association_prior
+from rlhf.model import load_policy
+from rlhf.vocab import FAMILIES
+
+SMALL = dict(steps=6, batch_prompts=8, samples_per_prompt=4, prior_samples_per_family=300,
+             eval_prompts_per_family=60)
+
+
+def test_cli_contract(tiny_world, tmp_path):
+    task = tiny_world / "task"
+    out = tmp_path / "diag.json"
+    args = [sys.executable, "-m", "audit.diagnostic", "--rm-dir", str(task / "reward_model"), "--policy-dir",
+            str(task / "policy"), "--prompts", str(task / "data" / "prompts_train.jsonl"), "--out", str(out)]
+    args += sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in SMALL.items()), [])
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert set(res["families"]) == set(FAMILIES)
+    for f, v in res["families"].items():
+        assert isinstance(v["risk"], float) and isinstance(v["flag"], bool)
+        assert v["flag"] == (v["ratio"] < 0.2)
+    bad = subprocess.run(args[:3] + [str(tmp_path / "nope")] + args[4:], capture_output=True, text=True)
+    assert bad.returncode != 0 and "not found" in bad.stderr
+
+
+def test_same_seed_same_risks(tiny_world):
+    task = tiny_world / "task"
+    cfg = DiagnosticConfig(**SMALL, seed=3)
+    a = diagnose(task / "reward_model", task / "policy", task / "data" / "prompts_train.jsonl", cfg)
+    b = diagnose(task / "reward_model", task / "policy", task / "data" / "prompts_train.jsonl", cfg)
+    assert a["families"] == b["families"]
+
+
+def test_association_prior_prefers_the_token_that_moves_with_the_value():
+    # token 0 is produced 40% of the time whatever the value (a plausible distractor); token 1+v only for value v
+    p = np.full((8, 4, 8, 24), 1e-3)
+    p[..., 0] = 0.4
+    for v in range(8):
+        p[:, :, v, 1 + v] = 0.3
+    p /= p.sum(-1, keepdims=True)
+    lut = association_prior(np.log(p)).argmax(-1)
+    assert (lut == 1 + np.arange(8)).all()          # lift finds the rubric token
+    assert (np.log(p).argmax(-1) == 0).all()        # frequency would have picked the distractor
+
+
+def test_prior_rubric_is_a_valid_rubric(tiny_world):
+    pol, _ = load_policy(tiny_world / "task" / "policy")
+    r = prior_rubric(pol, "anvil", DiagnosticConfig(**SMALL))
+    assert r.assign.shape == (8,) and r.lut.shape == (8, 8) and r.lut.max() < 24
