@@ -28,7 +28,7 @@ def test_cli_contract(tiny_world, tmp_path):
     for f, v in res["families"].items():
         assert isinstance(v["risk"], float) and isinstance(v["flag"], bool)
         assert v["flag"] == (v["ratio"] < 0.2)
-    bad = subprocess.run(args[:3] + [str(tmp_path / "nope")] + args[4:], capture_output=True, text=True)
+    bad = subprocess.run(args[:4] + [str(tmp_path / "nope")] + args[5:], capture_output=True, text=True)
     assert bad.returncode != 0 and "not found" in bad.stderr
 
 
