@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ import torch
 from rlhf.common import file_sha256, setup_torch
 from rlhf.data import read_jsonl, write_json
 from rlhf.model import load_policy
-from rlhf.reward_model import load_rm, score
+from rlhf.reward_model import load_rm
 from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlhf.vocab import FAMILIES
-
 from .recovery import sample_arrays, uniform_prompts
 from .stats import combine_ci
 

@@ -3,7 +3,7 @@ labels agree with the experts, with the reference policy's token frequencies as 
 refits on resampled rows (gold and the crowd rows used are resampled, each within its own set)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch

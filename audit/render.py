@@ -53,6 +53,8 @@ from pathlib import Path
 import jinja2
 import jsonschema
 
+from rlhf.atomic import atomic_write_text
+
 from audit.evidence import load_evidence, to_jsonable
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -282,22 +284,6 @@ def render_answer_text(answer: dict) -> str:
         raise AnswerSchemaError("templates/answer.json.j2 lost or changed fields of the answer")
     validate_answer(parsed)
     return text if text.endswith("\n") else text + "\n"
-
-
-def atomic_write_text(path, text: str) -> None:
-    """Temp file in the same directory + rename (the same as rlhf.data.atomic_write_text, without importing
-    torch): a crash never leaves a half-written file and never replaces a good one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ------------------------------------------------------------------------------------------------ figures

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
+from .atomic import atomic_write_text
 from .vocab import CONTENT_ID, FAMILIES, N_ATTRS, N_VALUES, RESP_LEN, decode_response, encode_prompt
 
 
@@ -69,21 +68,6 @@ def read_jsonl(path, require: tuple[str, ...] = ()) -> list[dict]:
     if not out:
         raise DataError(f"{path}: no records")
     return out
-
-
-def atomic_write_text(path, text: str) -> None:
-    """Write via a temp file in the same directory and rename, so a crash never leaves a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_jsonl(path, records) -> None:

@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from .common import progress, setup_torch
 from .data import prompts_tensor, read_jsonl, responses_tensor

@@ -2,7 +2,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from rlhf.data import read_jsonl, write_jsonl

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlhf.data import read_jsonl
-from rlhf.model import Policy, default_config, load_policy
+from rlhf.model import Policy, default_config
 from rlhf.vocab import FAMILIES, N_CONTENT
 from world.config import Corruption, RUNS
 from world.crowd import count_row_mask, crowd_labels, wrong_lut

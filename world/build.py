@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -13,17 +12,17 @@ import numpy as np
 import torch
 
 from rlhf.common import setup_torch
-from rlhf.data import read_jsonl, write_json, write_jsonl
+from rlhf.data import write_json, write_jsonl
 from rlhf.dev_eval import dev_eval
 from rlhf.model import load_policy, save_policy
-from rlhf.reward_model import load_rm, save_rm
+from rlhf.reward_model import save_rm
 from rlhf.sft import SFTConfig, train_sft
 from rlhf.train_rl import RLConfig, train_rl
 from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT, FAMILIES
 
 from . import texts
-from .config import RUNS, PILOT_MIX, WorldConfig, preset
+from .config import RUNS, PILOT_MIX, WorldConfig
 from .crowd import label_family, policy_favourites, qa_sample
 from .truth import demonstrations, make_truth, match_fraction, policy_samples, random_prompt_records, truth_to_json
 

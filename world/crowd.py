@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlhf.data import read_jsonl, write_jsonl
+from rlhf.data import write_jsonl
 from rlhf.model import load_policy
 from rlhf.reward_model import save_rm
 from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT, FAMILIES, N_CONTENT, RESP_LEN
 
 from .config import Corruption
-from .truth import match_fraction, policy_samples, random_prompt_records, rubric_tokens, truth_from_json
+from .truth import match_fraction, policy_samples, random_prompt_records, truth_from_json
 
 _OPS = {"<": np.less, "<=": np.less_equal, "==": np.equal, ">=": np.greater_equal, ">": np.greater}
 

@@ -22,7 +22,7 @@ from rlhf.vocab import FAMILIES
 
 from .config import RUNS, Corruption
 from .crowd import draw_crowd_batch, retrain_rm
-from .hazard import _worker, hazard_labels, rl_gain, strong_recipe
+from .hazard import _worker, hazard_labels, strong_recipe
 from .truth import true_quality, truth_from_json
 
 

@@ -11,28 +11,22 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from rlhf.common import dir_sha256, setup_torch
 from rlhf.model import load_policy
 from rlhf.train_rl import RLConfig, train_rl
-from rlhf.vocab import CONTENT0, FAMILIES
+from rlhf.vocab import FAMILIES
 
-from .truth import match_fraction, true_quality, truth_from_json
+from audit.diagnostic import rubric_reward as diagnostic_rubric_reward
+from audit.rubric import Rubric
+
+from .truth import true_quality, truth_from_json
 
 
 def rubric_reward(truth):
     """reward_fn for train_rl: the exact true quality of each sample (the rubric itself)."""
-    def fn(records, prompts_rep, responses):
-        resp = (responses - CONTENT0).numpy()
-        attrs = np.array([r["attrs"] for r in records])
-        fams = np.array([r["family"] for r in records])
-        out = np.zeros(len(records), np.float32)
-        for f in set(fams.tolist()):
-            m = fams == f
-            out[m] = match_fraction(truth[f]["assign"], truth[f]["lut"], attrs[m], resp[m])
-        return torch.from_numpy(out)
-    return fn
+    return diagnostic_rubric_reward({f: Rubric(assign=t["assign"], lut=t["lut"], entry_posterior=np.ones((8, 8)),
+                                               sigma=0.0, n_rows=0) for f, t in truth.items()})
 
 
 def strong_recipe(task: Path, steps: int = 1500, batch_prompts: int = 32, samples: int = 8, seed: int = 0) -> RLConfig:
