@@ -112,28 +112,33 @@ class RLTrainer:
             raise ValueError(f"reward must be {len(responses)} finite numbers, got shape {tuple(reward.shape)}")
         return reward
 
-    def _fast(self, prompts, records_rep, uniforms, n, total_rows):
-        """The fast step's passes: sample, score, reference log-probs, and the loss gradient."""
+    def _fast_passes(self, prompts, records_rep, uniforms, n):
+        """kv-cache decoding; prompt prefixes computed once per prompt; inference mode for what is not
+        differentiated (measured: splitting the batch over two threads gained nothing over 2 intra-op threads)."""
         cfg = self.cfg
         responses = sample(self.policy, prompts, n, cfg.temperature, uniforms=uniforms)
-        prompts_rep = prompts.repeat_interleave(n, 0)
         logp, ent = response_logprobs_grouped(self.policy, prompts, responses, n, with_entropy=True,
                                               temperature=cfg.temperature)
         with torch.inference_mode():
             ref_logp = response_logprobs_grouped(self.ref, prompts, responses, n, temperature=cfg.temperature)
-            reward = self._reward(records_rep, prompts_rep, responses)
-        return self._loss_and_grads(logp, ent, ref_logp, reward, total_rows)
+            reward = self._reward(records_rep, prompts.repeat_interleave(n, 0), responses)
+        return logp, ent, ref_logp, reward
 
-    def _loss_and_grads(self, logp, ent, ref_logp, reward, total_rows):
-        n = self.cfg.samples_per_prompt
-        kl = (logp.detach() - ref_logp).sum(1)
-        shaped = reward - self.cfg.kl_coef * kl
-        grouped = shaped.view(-1, n)
-        adv = (grouped - grouped.mean(1, keepdim=True)).flatten()
-        loss_sum = -(adv * logp.sum(1)).sum()
-        grads = torch.autograd.grad(loss_sum / total_rows, self.params)
-        return {"grads": grads, "reward": reward, "kl": kl, "shaped": shaped, "ent": ent.detach(),
-                "loss_sum": float(loss_sum.detach())}
+    def _naive_passes(self, prompts, prompts_rep, records_rep, uniforms, n):
+        """The naive design the fast path is tested against: full recompute per sampled token, the fused
+        attention kernel, every pass on the repeated prompts."""
+        cfg = self.cfg
+        model_lib.USE_SDPA = True
+        try:
+            responses = sample_naive(self.policy, prompts, n, cfg.temperature, uniforms=uniforms)
+            logp, ent = response_logprobs(self.policy, prompts_rep, responses, with_entropy=True,
+                                          temperature=cfg.temperature)
+            with torch.no_grad():
+                ref_logp = response_logprobs(self.ref, prompts_rep, responses, temperature=cfg.temperature)
+                reward = self._reward(records_rep, prompts_rep, responses)
+        finally:
+            model_lib.USE_SDPA = False
+        return logp, ent, ref_logp, reward
 
     def step(self) -> dict:
         cfg, n = self.cfg, self.cfg.samples_per_prompt
@@ -141,34 +146,23 @@ class RLTrainer:
         prompts = prompts_tensor(records)
         prompts_rep = prompts.repeat_interleave(n, 0)
         records_rep = [records[i // n] for i in range(len(prompts_rep))]
-        N = len(prompts_rep)
-        uniforms = draw_uniforms(N, self.gen)
+        uniforms = draw_uniforms(len(prompts_rep), self.gen)
         if self.fast:
-            # kv-cache decoding; prompt prefixes computed once per prompt; inference mode for what is not
-            # differentiated (measured: splitting the batch over two threads gained nothing over 2 intra-op threads)
-            part = self._fast(prompts, records_rep, uniforms, n, N)
+            logp, ent, ref_logp, reward = self._fast_passes(prompts, records_rep, uniforms, n)
         else:
-            # the naive design the fast path is tested against: full recompute per sampled token, the fused
-            # attention kernel, every pass on the repeated prompts.
-            model_lib.USE_SDPA = True
-            try:
-                responses = sample_naive(self.policy, prompts, n, cfg.temperature, uniforms=uniforms)
-                logp, ent = response_logprobs(self.policy, prompts_rep, responses, with_entropy=True,
-                                              temperature=cfg.temperature)
-                with torch.no_grad():
-                    ref_logp = response_logprobs(self.ref, prompts_rep, responses, temperature=cfg.temperature)
-                    reward = self._reward(records_rep, prompts_rep, responses)
-            finally:
-                model_lib.USE_SDPA = False
-            part = self._loss_and_grads(logp, ent, ref_logp, reward, N)
-        for p, g in zip(self.params, part["grads"]):
-            p.grad = g
+            logp, ent, ref_logp, reward = self._naive_passes(prompts, prompts_rep, records_rep, uniforms, n)
+        kl = (logp.detach() - ref_logp).sum(1)
+        shaped = reward - cfg.kl_coef * kl
+        grouped = shaped.view(-1, n)
+        adv = (grouped - grouped.mean(1, keepdim=True)).flatten()
+        loss = -(adv * logp.sum(1)).mean()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
         if cfg.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
         self.opt.step()
-        return {"proxy_reward": float(part["reward"].mean()), "kl": float(part["kl"].mean()),
-                "shaped_reward": float(part["shaped"].mean()), "entropy": float(part["ent"].mean()),
-                "loss": part["loss_sum"] / N}
+        return {"proxy_reward": float(reward.mean()), "kl": float(kl.mean()), "shaped_reward": float(shaped.mean()),
+                "entropy": float(ent.detach().mean()), "loss": float(loss.detach())}
 
 
 def train_rl(cfg: RLConfig, out_dir, reward_fn=None, quiet: bool = False, fast: bool = True) -> list[dict]:

@@ -39,7 +39,7 @@ def test_malformed_line_and_nan_label_are_named(task_copy):
         load_task(task_copy)
 
 
-def test_out_of_range_gold_label_and_bad_checkpoint(task_copy):
+def test_out_of_range_gold_label_is_named(task_copy):
     p = task_copy / "data" / "gold_calib.jsonl"
     rows = [json.loads(l) for l in p.read_text().splitlines()]
     rows[0]["label"] = 7.5

@@ -119,12 +119,13 @@ def _load_answer(sub: Path):
 
 
 def _checkpoint_dir(sub: Path, answer) -> Path | None:
-    for c in ([Path(answer["checkpoint_dir"])] if answer and answer.get("checkpoint_dir") else []) + \
-             [sub / "checkpoint", sub]:
-        c = c if c.is_absolute() else sub / c if not c.exists() else c
-        if (c / "policy.safetensors").exists():
-            return c
-    return None
+    """The shipped checkpoint: answer.json's checkpoint_dir (as given, else relative to the submission), then
+    SUBMISSION/checkpoint, then the submission dir itself."""
+    candidates = [sub / "checkpoint", sub]
+    if answer and answer.get("checkpoint_dir"):
+        given = Path(answer["checkpoint_dir"])
+        candidates[:0] = [given, sub / given]
+    return next((c for c in candidates if (c / "policy.safetensors").exists()), None)
 
 
 def grade(world, submission, seed: int = 12345, diagnosis: str = "full") -> dict:
