@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .model import Block, load_module, save_module
+from .model import Block, first_block_table, load_module, save_module, use_table
 from .vocab import SEQ_LEN, VOCAB_SIZE
 
 RM_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len")
@@ -27,9 +27,11 @@ class RewardModel(nn.Module):
         self.head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
 
     def forward(self, seq):
-        x = self.tok(seq) + self.pos(torch.arange(seq.shape[1], device=seq.device))
-        for blk in self.blocks:
-            x, _ = blk(x)
+        positions = torch.arange(seq.shape[1], device=seq.device)
+        x = self.tok(seq) + self.pos(positions)
+        table = first_block_table(self) if use_table(seq, self.cfg) else None
+        for i, blk in enumerate(self.blocks):
+            x, _ = blk(x, qkv=table[positions, seq] if (i == 0 and table is not None) else None)
         return self.head(self.ln(x).mean(1)).squeeze(-1)
 
 

@@ -128,7 +128,7 @@ class RLTrainer:
         """The naive design the fast path is tested against: full recompute per sampled token, the fused
         attention kernel, every pass on the repeated prompts."""
         cfg = self.cfg
-        model_lib.USE_SDPA = True
+        model_lib.USE_SDPA, model_lib.FIRST_BLOCK_TABLE = True, False
         try:
             responses = sample_naive(self.policy, prompts, n, cfg.temperature, uniforms=uniforms)
             logp, ent = response_logprobs(self.policy, prompts_rep, responses, with_entropy=True,
@@ -137,7 +137,7 @@ class RLTrainer:
                 ref_logp = response_logprobs(self.ref, prompts_rep, responses, temperature=cfg.temperature)
                 reward = self._reward(records_rep, prompts_rep, responses)
         finally:
-            model_lib.USE_SDPA = False
+            model_lib.USE_SDPA, model_lib.FIRST_BLOCK_TABLE = False, True
         return logp, ent, ref_logp, reward
 
     def step(self) -> dict:

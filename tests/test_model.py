@@ -164,3 +164,47 @@ def test_rm_score_batches_consistently():
     p = _prompts(10)
     r = torch.randint(CONTENT0, VOCAB_SIZE, (10, 8))
     torch.testing.assert_close(score(rm, p, r, batch=3), score(rm, p, r), atol=1e-5, rtol=1e-5)
+
+
+def test_softmax_short_equals_softmax_values_and_gradients():
+    torch.manual_seed(4)
+    for shape in [(3, 4, 14, 14), (5, 4, 1, 9), (2, 4, 7, 13)]:
+        x = torch.randn(*shape, requires_grad=True)
+        w = torch.randn(*shape)
+        a, b = M.softmax_short(x), x.softmax(-1)
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        ga = torch.autograd.grad((a * w).sum(), x)[0]
+        gb = torch.autograd.grad((b * w).sum(), x)[0]
+        torch.testing.assert_close(ga, gb, atol=1e-6, rtol=1e-5)
+    # masked (-inf) keys get exactly zero weight
+    mask = torch.zeros(5, dtype=torch.bool)
+    mask[3:] = True
+    x = torch.randn(2, 3, 5).masked_fill(mask, float("-inf"))
+    assert torch.all(M.softmax_short(x)[..., 3:] == 0)
+    # a row far below the global max would underflow to 0/0 with the shared shift: the fallback keeps it exact
+    x = torch.tensor([[0.0, 1.0, 2.0], [-300.0, -301.0, -299.0]])
+    out = M.softmax_short(x)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, x.softmax(-1))
+
+
+def test_first_block_table_gives_the_same_logits_scores_and_gradients():
+    torch.manual_seed(5)
+    pol, rm = Policy(), RewardModel().eval()
+    prompts = _prompts(128)
+    resp = torch.randint(CONTENT0, VOCAB_SIZE, (128, 8))
+    seq = torch.cat([prompts, resp], 1)
+    assert M.use_table(seq, pol.cfg)          # 1,792 tokens: the table path is the one taken
+    with_table = pol(seq)
+    M.FIRST_BLOCK_TABLE = False
+    try:
+        assert not M.use_table(seq, pol.cfg)
+        without = pol(seq)
+        rm_without = rm(seq)
+        g_without = torch.autograd.grad(without.log_softmax(-1)[..., CONTENT0:].sum(), pol.blocks[0].attn.qkv.weight)[0]
+    finally:
+        M.FIRST_BLOCK_TABLE = True
+    torch.testing.assert_close(with_table, without, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rm(seq), rm_without, atol=1e-5, rtol=1e-5)
+    g_with = torch.autograd.grad(with_table.log_softmax(-1)[..., CONTENT0:].sum(), pol.blocks[0].attn.qkv.weight)[0]
+    torch.testing.assert_close(g_with, g_without, atol=1e-4, rtol=1e-4)

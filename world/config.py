@@ -52,10 +52,10 @@ class WorldConfig:
     crowd_temperature: float = 1.2
     qa_per_family: int = 200
     gold_per_family: int = 100
-    expert_noise: float = 0.05
+    expert_noise: float = 0.08
     honest_crowd_noise: float = 0.07
     corruption: dict = field(default_factory=lambda: {
-        "dune": dataclasses.asdict(Corruption("wrong_rubric", 0.35, 8.0, 0.9, "policy", 0.06, [[0, "<", 3]])),
+        "dune": dataclasses.asdict(Corruption("wrong_rubric", 0.35, 8.0, 0.8, "policy", 0.06, [[0, "<", 3]])),
         "ember": dataclasses.asdict(Corruption("wrong_rubric", 0.08, 4.0, 0.9, "policy", 0.06,
                                                [[0, "==", 0], [1, "<", 5]])),
     })
