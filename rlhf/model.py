@@ -107,11 +107,14 @@ class Policy(nn.Module):
         mask[CONTENT0:] = 0.0
         self.register_buffer("logit_mask", mask, persistent=False)
 
-    def forward(self, idx, past=None, start: int = 0, return_cache: bool = False, table=None):
+    def forward(self, idx, past=None, start: int = 0, return_cache: bool = False, table=None,
+                content_only: bool = False):
         """Logits [B, T, V] for idx [B, T] at positions start..start+T-1, attending also to `past` (a list of
         per-block key/value caches covering positions 0..start-1). return_cache also returns the new caches.
         `table` (first_block_table(self), e.g. computed once for a whole decoding loop) saves the first block's
-        LayerNorm and qkv projection; without it the table is built here when that is cheaper."""
+        LayerNorm and qkv projection; without it the table is built here when that is cheaper.
+        content_only: logits of the 24 content tokens only [B, T, 24] (column j = token CONTENT0 + j); the
+        others are -1e9 in the full logits, so softmaxes over these are the same, at 60% of the head's cost."""
         T = idx.shape[1]
         positions = torch.arange(start, start + T, device=idx.device)
         x = self.tok(idx) + self.pos(positions)
@@ -122,8 +125,12 @@ class Policy(nn.Module):
             qkv = table[positions, idx] if (i == 0 and table is not None) else None
             x, kv = blk(x, None if past is None else past[i], qkv)
             cache.append(kv)
-        logits = self.head(self.ln(x)) + self.logit_mask
+        logits = content_logits(self, x) if content_only else self.head(self.ln(x)) + self.logit_mask
         return (logits, cache) if return_cache else logits
+
+
+def content_logits(policy, x):
+    return F.linear(policy.ln(x), policy.head.weight[CONTENT0:])
 
 
 def use_table(idx, cfg) -> bool:
@@ -207,13 +214,39 @@ def draw_uniforms(n_rows: int, generator=None, vocab_size: int = VOCAB_SIZE) -> 
     return torch.rand((RESP_LEN, n_rows, vocab_size), generator=generator)
 
 
-def _draw(logits, temperature: float, u):
-    # Gumbel-max with explicitly drawn uniforms
-    return torch.argmax(logits / temperature - torch.log(-torch.log(u.clamp(1e-20, 1.0))), dim=-1)
+def gumbel(u):
+    """Gumbel noise from uniforms (all 8 steps at once in the fast path: 3 ops instead of 24)."""
+    return -torch.log(-torch.log(u.clamp(1e-20, 1.0)))
+
+
+def _draw(logits, temperature: float, u=None, g=None):
+    # Gumbel-max with explicitly drawn uniforms (or their precomputed Gumbel noise g)
+    return torch.argmax(logits / temperature + (gumbel(u) if g is None else g), dim=-1)
 
 
 def _repeat_cache(cache, n: int):
     return [(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in cache]
+
+
+def _decode_step(policy, tok, pos: int, caches, table):
+    """Logits [N, V] for one new token per row at position `pos`. The layers' math, specialised to a single
+    query on 2-D [N, C] rows: k/v are written into preallocated caches [N, H, S, D] (no cat of the whole
+    cache each step), scores are one batched matmul over the cache view, and the weighted sum of values is an
+    elementwise product-sum that lands directly in [N, H*D] (no transpose copy)."""
+    x = policy.tok(tok) + policy.pos.weight[pos]
+    N, C = x.shape
+    for i, blk in enumerate(policy.blocks):
+        a, (K, V) = blk.attn, caches[i]
+        H = a.n_heads
+        qkv = table[pos, tok] if (i == 0 and table is not None) else a.qkv(blk.ln1(x))
+        q, k, v = qkv.view(N, 3, H, C // H).unbind(1)
+        K[:, :, pos] = k
+        V[:, :, pos] = v
+        att = softmax_short((K[:, :, :pos + 1] @ q[..., None]).squeeze(-1) * (C // H) ** -0.5)   # [N, H, S]
+        y = (att[..., None] * V[:, :, :pos + 1]).sum(2)                                          # [N, H, D]
+        x = x + a.out(y.reshape(N, C))
+        x = x + blk.ff(blk.ln2(x))
+    return content_logits(policy, x)
 
 
 @torch.no_grad()  # not inference_mode: the samples feed an autograd pass
@@ -221,20 +254,27 @@ def sample(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.0, gen
     """Responses [B*n, 8] for prompts [B, 6]; row i belongs to prompt i // n. Incremental decoding with a
     key/value cache: each prompt is encoded once (not once per sample), then one token per step.
     `uniforms` ([8, B*n, V], see draw_uniforms) replaces drawing from `generator`."""
+    n_rows = len(prompts) * n_per_prompt
     if uniforms is None:
-        uniforms = draw_uniforms(len(prompts) * n_per_prompt, generator)
+        uniforms = draw_uniforms(n_rows, generator)
+    noise = gumbel(uniforms[..., CONTENT0:])   # content logits only: the others could never win the argmax
     table = first_block_table(policy) if FIRST_BLOCK_TABLE else None
-    logits, cache = policy(prompts, return_cache=True, table=table)
+    logits, prompt_cache = policy(prompts, return_cache=True, table=table, content_only=True)
     logits = logits[:, -1].repeat_interleave(n_per_prompt, 0)
-    cache = _repeat_cache(cache, n_per_prompt)
-    out = []
     P = prompts.shape[1]
+    caches = []
+    for k, v in prompt_cache:   # [B, H, P, D] -> preallocated [B*n, H, P+7, D] (the last token is never fed)
+        K = k.new_empty(n_rows, k.shape[1], P + RESP_LEN - 1, k.shape[3])
+        V = torch.empty_like(K)
+        K[:, :, :P] = k.repeat_interleave(n_per_prompt, 0)
+        V[:, :, :P] = v.repeat_interleave(n_per_prompt, 0)
+        caches.append((K, V))
+    out = []
     for t in range(RESP_LEN):
-        tok = _draw(logits, temperature, uniforms[t])
+        tok = _draw(logits, temperature, g=noise[t]) + CONTENT0
         out.append(tok)
         if t + 1 < RESP_LEN:
-            logits, cache = policy(tok[:, None], past=cache, start=P + t, return_cache=True, table=table)
-            logits = logits[:, -1]
+            logits = _decode_step(policy, tok, P + t, caches, table)
     return torch.stack(out, 1)
 
 
@@ -251,12 +291,17 @@ def sample_naive(policy, prompts, n_per_prompt: int = 1, temperature: float = 1.
 
 
 def _logprobs(logits, responses, with_entropy: bool, temperature: float):
+    """logits [N, 8, V] (all tokens) or [N, 8, 24] (content tokens, see Policy.forward's content_only).
+    The entropy is a logging figure: computed without a graph."""
     logp_all = F.log_softmax(logits / temperature, -1)
-    logp = logp_all.gather(-1, responses[..., None]).squeeze(-1)
+    index = responses if logits.shape[-1] == VOCAB_SIZE else responses - CONTENT0
+    logp = logp_all.gather(-1, index[..., None]).squeeze(-1)
     if not with_entropy:
         return logp
-    p = logp_all.exp()
-    ent = -(p * logp_all.masked_fill(p == 0, 0.0)).sum(-1)
+    with torch.no_grad():
+        la = logp_all.detach()
+        p = la.exp()
+        ent = -(p * la.masked_fill(p == 0, 0.0)).sum(-1)
     return logp, ent
 
 
@@ -273,9 +318,11 @@ def response_logprobs_grouped(policy, prompts, responses, n_per_prompt: int, wit
     """response_logprobs(policy, prompts.repeat_interleave(n), responses), but each prompt prefix is run once
     and shared by its n samples (45% fewer positions at n=8). Differentiable."""
     P = prompts.shape[1]
-    first, cache = policy(prompts, return_cache=True)
+    table = first_block_table(policy) if use_table(responses, policy.cfg) else None
+    first, cache = policy(prompts, return_cache=True, table=table, content_only=True)
     first = first[:, -1:].repeat_interleave(n_per_prompt, 0)
-    rest = policy(responses[:, :-1], past=_repeat_cache(cache, n_per_prompt), start=P)
+    rest = policy(responses[:, :-1], past=_repeat_cache(cache, n_per_prompt), start=P, table=table,
+                  content_only=True)
     return _logprobs(torch.cat([first, rest], 1), responses, with_entropy, temperature)
 
 

@@ -208,3 +208,24 @@ def test_first_block_table_gives_the_same_logits_scores_and_gradients():
     torch.testing.assert_close(rm(seq), rm_without, atol=1e-5, rtol=1e-5)
     g_with = torch.autograd.grad(with_table.log_softmax(-1)[..., CONTENT0:].sum(), pol.blocks[0].attn.qkv.weight)[0]
     torch.testing.assert_close(g_with, g_without, atol=1e-4, rtol=1e-4)
+
+
+def test_decode_step_equals_full_pass_content_logits():
+    torch.manual_seed(6)
+    pol = Policy().eval()
+    prompts = _prompts(6)
+    resp = sample(pol, prompts, 2, 1.0, torch.Generator().manual_seed(1))
+    seq = torch.cat([prompts.repeat_interleave(2, 0), resp], 1)
+    full = pol(seq)[..., CONTENT0:]
+    with torch.no_grad():
+        table = M.first_block_table(pol)
+        _, pc = pol(seq[:, :6], return_cache=True)
+        caches = []
+        for k, v in pc:
+            K = k.new_zeros(len(seq), k.shape[1], 13, k.shape[3])
+            V = torch.zeros_like(K)
+            K[:, :, :6], V[:, :, :6] = k, v
+            caches.append((K, V))
+        for t in range(6, 13):
+            step = M._decode_step(pol, seq[:, t], t, caches, table if t % 2 else None)
+            torch.testing.assert_close(step, full[:, t], atol=1e-4, rtol=1e-4)
