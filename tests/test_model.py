@@ -229,3 +229,11 @@ def test_decode_step_equals_full_pass_content_logits():
         for t in range(6, 13):
             step = M._decode_step(pol, seq[:, t], t, caches, table if t % 2 else None)
             torch.testing.assert_close(step, full[:, t], atol=1e-4, rtol=1e-4)
+
+
+def test_keep_freed_memory_on_glibc():
+    import platform
+    from rlhf.common import keep_freed_memory
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    assert keep_freed_memory() is True

@@ -1,0 +1,64 @@
+"""python -m world.fidelity WORLD [--seed 7]: what the fast RM preset of world.crowd.retrain_rm (10 epochs)
+costs against the full one (40 epochs), on one corrupted crowd batch drawn from WORLD (dune with the canonical
+corruption, birch with the stress kind). Prints JSON: per-family Pearson of each RM with the expert labels on
+the world's gold rows, in-sample fit on the batch, training time, and the agreement of the two RMs' scores.
+Figures in docs/calibration.md."""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from scipy import stats
+
+from rlhf.common import setup_torch
+from rlhf.data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor
+from rlhf.reward_model import load_rm, score
+from rlhf.vocab import FAMILIES
+
+from .config import Corruption, preset
+from .crowd import draw_crowd_batch, retrain_rm
+
+
+def _pearson(x, y) -> float:
+    return round(float(stats.pearsonr(x, y)[0]), 3)
+
+
+def fidelity(world: Path, seed: int = 7) -> dict:
+    spec = {"dune": Corruption(**preset("canonical").corruption["dune"]),
+            "birch": Corruption("scaled", scale=1.6, replaced_share=0.5)}
+    batch = draw_crowd_batch(world, spec, seed=seed)
+    gold = read_jsonl(world / "task" / "data" / "gold_calib.jsonl")
+    crowd = batch["rows"]
+    out, scores = {"corruption": {"dune": "canonical wrong_rubric", "birch": "scaled 1.6, 50% replaced"},
+                   "seed": seed}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fast in (("fast", True), ("full", False)):
+            t = time.time()
+            rm, _ = load_rm(retrain_rm(batch, Path(tmp) / name, fast=fast, seed=0))
+            row = {"train_s": round(time.time() - t, 1)}
+            for f in FAMILIES:
+                g = [r for r in gold if r["family"] == f]
+                s = score(rm, prompts_tensor(g), responses_tensor(g)).numpy()
+                row[f] = _pearson(s, labels_tensor(g).numpy())
+                scores[name, f] = s
+            s = score(rm, prompts_tensor(crowd), responses_tensor(crowd)).numpy()
+            row["in_sample_fit"] = _pearson(s, labels_tensor(crowd).numpy())
+            out[name] = row
+    out["fast_vs_full_score_pearson_on_gold"] = {f: _pearson(scores["fast", f], scores["full", f]) for f in FAMILIES}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m world.fidelity", description=__doc__.splitlines()[0])
+    ap.add_argument("world", type=Path)
+    ap.add_argument("--seed", type=int, default=7, help="seed of the crowd batch")
+    a = ap.parse_args(argv)
+    setup_torch()
+    print(json.dumps(fidelity(a.world, a.seed), indent=1))
+
+
+if __name__ == "__main__":
+    main()
