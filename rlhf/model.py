@@ -122,7 +122,7 @@ class Policy(nn.Module):
             table = first_block_table(self)
         cache = []
         for i, blk in enumerate(self.blocks):
-            qkv = table[positions, idx] if (i == 0 and table is not None) else None
+            qkv = gather_table(table, positions, idx) if (i == 0 and table is not None) else None
             x, kv = blk(x, None if past is None else past[i], qkv)
             cache.append(kv)
         logits = content_logits(self, x) if content_only else self.head(self.ln(x)) + self.logit_mask
@@ -135,6 +135,13 @@ def content_logits(policy, x):
 
 def use_table(idx, cfg) -> bool:
     return FIRST_BLOCK_TABLE and idx.numel() > 2 * cfg["seq_len"] * cfg["vocab_size"]
+
+
+def gather_table(table, positions, idx):
+    """table[positions, idx] as an embedding lookup: the backward of advanced indexing accumulates with two
+    threads in a nondeterministic order (measured), embedding's backward does not."""
+    S, V, D = table.shape
+    return F.embedding(positions * V + idx, table.reshape(S * V, D))
 
 
 def first_block_table(model) -> torch.Tensor:
@@ -238,7 +245,7 @@ def _decode_step(policy, tok, pos: int, caches, table):
     for i, blk in enumerate(policy.blocks):
         a, (K, V) = blk.attn, caches[i]
         H = a.n_heads
-        qkv = table[pos, tok] if (i == 0 and table is not None) else a.qkv(blk.ln1(x))
+        qkv = table[pos][tok] if (i == 0 and table is not None) else a.qkv(blk.ln1(x))
         q, k, v = qkv.view(N, 3, H, C // H).unbind(1)
         K[:, :, pos] = k
         V[:, :, pos] = v
