@@ -118,12 +118,10 @@ class Policy(nn.Module):
         T = idx.shape[1]
         positions = torch.arange(start, start + T, device=idx.device)
         x = self.tok(idx) + self.pos(positions)
-        if table is None and use_table(idx, self.cfg):
-            table = first_block_table(self)
+        qkv0 = first_block_qkv(self, idx, positions, table)
         cache = []
         for i, blk in enumerate(self.blocks):
-            qkv = gather_table(table, positions, idx) if (i == 0 and table is not None) else None
-            x, kv = blk(x, None if past is None else past[i], qkv)
+            x, kv = blk(x, None if past is None else past[i], qkv0 if i == 0 else None)
             cache.append(kv)
         logits = content_logits(self, x) if content_only else self.head(self.ln(x)) + self.logit_mask
         return (logits, cache) if return_cache else logits
@@ -142,6 +140,16 @@ def gather_table(table, positions, idx):
     threads in a nondeterministic order (measured), embedding's backward does not."""
     S, V, D = table.shape
     return F.embedding(positions * V + idx, table.reshape(S * V, D))
+
+
+def first_block_qkv(model, idx, positions, table=None):
+    """The first block's qkv rows for idx [B, T] at `positions`, gathered from `table` (built here when the
+    pass is big enough for that to pay), or None: the block then projects each token itself."""
+    if table is None:
+        if not use_table(idx, model.cfg):
+            return None
+        table = first_block_table(model)
+    return gather_table(table, positions, idx)
 
 
 def first_block_table(model) -> torch.Tensor:

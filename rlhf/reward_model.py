@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .model import Block, first_block_table, gather_table, load_module, save_module, use_table
+from .model import Block, first_block_qkv, load_module, save_module
 from .vocab import SEQ_LEN, VOCAB_SIZE
 
 RM_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len")
@@ -29,9 +29,9 @@ class RewardModel(nn.Module):
     def forward(self, seq):
         positions = torch.arange(seq.shape[1], device=seq.device)
         x = self.tok(seq) + self.pos(positions)
-        table = first_block_table(self) if use_table(seq, self.cfg) else None
+        qkv0 = first_block_qkv(self, seq, positions)
         for i, blk in enumerate(self.blocks):
-            x, _ = blk(x, qkv=gather_table(table, positions, seq) if (i == 0 and table is not None) else None)
+            x, _ = blk(x, qkv=qkv0 if i == 0 else None)
         return self.head(self.ln(x).mean(1)).squeeze(-1)
 
 

@@ -22,11 +22,11 @@ from .truth import random_prompt_records, true_quality, truth_from_json
 HONEST = [f for f in FAMILIES if f not in ("dune", "ember")]
 
 
-def _rm_scores(rm, records):
+def rm_scores(rm, records):
     return score(rm, prompts_tensor(records), responses_tensor(records)).numpy()
 
 
-def _pearson(x, y):
+def pearson(x, y):
     return float(stats.pearsonr(x, y)[0]) if np.std(x) > 0 and np.std(y) > 0 else 0.0
 
 
@@ -65,14 +65,14 @@ def figures(world, seed: int = 0) -> dict:
         g = [r for r in gold if r["family"] == f]
         y = labels_tensor(g).numpy()
         fig["gold"][f] = {"mean": float(y.mean()), "min": float(y.min()), "max": float(y.max())}
-        fig["rm_gold"][f] = _pearson(_rm_scores(rm, g), y)
+        fig["rm_gold"][f] = pearson(rm_scores(rm, g), y)
         q = [r for r in qa if r["family"] == f]
         yq = labels_tensor(q).numpy()
         fig["qa"][f] = {"mean": float(yq.mean()), "share_above_1": float((yq > 1).mean()), "max": float(yq.max())}
-        fig["rm_qa"][f] = _pearson(_rm_scores(rm, q), yq)
+        fig["rm_qa"][f] = pearson(rm_scores(rm, q), yq)
     qh = [r for r in qa if r["family"] in HONEST]
-    fig["rm_qa_honest"] = _pearson(_rm_scores(rm, qh), labels_tensor(qh).numpy())
-    fig["rm_gold_all"] = _pearson(_rm_scores(rm, gold), labels_tensor(gold).numpy())
+    fig["rm_qa_honest"] = pearson(rm_scores(rm, qh), labels_tensor(qh).numpy())
+    fig["rm_gold_all"] = pearson(rm_scores(rm, gold), labels_tensor(gold).numpy())
     fig["ref_entropy"] = _entropy(ref, seed)
     fig["quality"] = {"reference": true_quality(ref, truth, n_mc, seed)}
     fig["dev_proxy"] = {"reference": _dev_proxy(ref, rm, dev, seed)}

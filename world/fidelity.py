@@ -11,19 +11,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from scipy import stats
-
 from rlhf.common import setup_torch
-from rlhf.data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor
-from rlhf.reward_model import load_rm, score
+from rlhf.data import labels_tensor, read_jsonl
+from rlhf.reward_model import load_rm
 from rlhf.vocab import FAMILIES
 
+from .calibrate import pearson, rm_scores
 from .config import Corruption, preset
 from .crowd import draw_crowd_batch, retrain_rm
 
 
 def _pearson(x, y) -> float:
-    return round(float(stats.pearsonr(x, y)[0]), 3)
+    return round(pearson(x, y), 3)
 
 
 def fidelity(world: Path, seed: int = 7) -> dict:
@@ -41,10 +40,10 @@ def fidelity(world: Path, seed: int = 7) -> dict:
             row = {"train_s": round(time.time() - t, 1)}
             for f in FAMILIES:
                 g = [r for r in gold if r["family"] == f]
-                s = score(rm, prompts_tensor(g), responses_tensor(g)).numpy()
+                s = rm_scores(rm, g)
                 row[f] = _pearson(s, labels_tensor(g).numpy())
                 scores[name, f] = s
-            s = score(rm, prompts_tensor(crowd), responses_tensor(crowd)).numpy()
+            s = rm_scores(rm, crowd)
             row["in_sample_fit"] = _pearson(s, labels_tensor(crowd).numpy())
             out[name] = row
     out["fast_vs_full_score_pearson_on_gold"] = {f: _pearson(scores["fast", f], scores["full", f]) for f in FAMILIES}
