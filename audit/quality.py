@@ -1,6 +1,7 @@
 """True-quality estimates of any policy, per family and balanced, on fresh prompts with uniform attributes,
 scored by the recovered rubrics. The 95% CI combines the rubric's uncertainty (the policy's samples rescored
-under every bootstrap refit) with Monte-Carlo sampling error. Deltas against the reference are paired: the same
+under every bootstrap refit; the larger side of its spread used both ways, see stats.combine_ci) with
+Monte-Carlo sampling error. Deltas against the reference are paired: the same
 prompts and the same random numbers for both policies (common random numbers), so shared noise cancels."""
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class QualityEstimator:
             q_se = float(pp.std(ddof=1) / np.sqrt(len(pp)))
             q_draws = boots.mean(1)
             res = {"estimate": float(point.mean()), "se_sampling": q_se,
-                   "ci95": combine_ci(q_draws, q_se, estimate=float(point.mean()))["ci95"]}
+                   "ci95": combine_ci(q_draws, q_se, estimate=float(point.mean()), symmetric=True)["ci95"]}
             draws_q.append(q_draws)
             se_q.append(q_se)
             if r is not None:
@@ -64,19 +65,19 @@ class QualityEstimator:
                 d_draws = boots.mean(1) - rboots.mean(1)
                 d = float(point.mean() - rpoint.mean())
                 res.update(reference=float(rpoint.mean()), delta=d, delta_se_sampling=d_se,
-                           delta_ci95=combine_ci(d_draws, d_se, estimate=d)["ci95"])
+                           delta_ci95=combine_ci(d_draws, d_se, estimate=d, symmetric=True)["ci95"])
                 draws_d.append(d_draws)
                 se_d.append(d_se)
             per[f] = res
         bal = float(np.mean([per[f]["estimate"] for f in fams]))
         bal_se = float(np.sqrt(np.sum(np.square(se_q))) / len(fams))
         out = {"per_family": per, "estimate": bal,
-               "ci95": combine_ci(np.mean(draws_q, 0), bal_se, estimate=bal)["ci95"],
+               "ci95": combine_ci(np.mean(draws_q, 0), bal_se, estimate=bal, symmetric=True)["ci95"],
                "se_sampling": bal_se, "n_boot": int(len(draws_q[0])),
                "prompts_per_family": self.cfg.prompts_per_family, "samples_per_prompt": self.cfg.samples_per_prompt}
         if r is not None:
             d = float(np.mean([per[f]["delta"] for f in fams]))
             d_se = float(np.sqrt(np.sum(np.square(se_d))) / len(fams))
             out.update(reference=float(np.mean([per[f]["reference"] for f in fams])), delta=d,
-                       delta_ci95=combine_ci(np.mean(draws_d, 0), d_se, estimate=d)["ci95"])
+                       delta_ci95=combine_ci(np.mean(draws_d, 0), d_se, estimate=d, symmetric=True)["ci95"])
         return out

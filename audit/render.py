@@ -419,7 +419,8 @@ def make_figures(answer: dict, claims: Claims, fig_dir: Path) -> list[str]:
         for ax in axes:
             ax.set_xlabel("RL step")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:   # a panel can be empty (no gold points along training)
+                ax.legend(fontsize=7)
         _save(fig, fig_dir / "training_curves.png")
         plt.close(fig)
         made.append("figures/training_curves.png")

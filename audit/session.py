@@ -1,5 +1,5 @@
 """The audit's expensive shared work (rubric recovery, sampling and scoring every policy, the diagnostic),
-computed once per task and cached on disk keyed by the task's input hashes and the audit config, so that a
+computed once per task and cached on disk keyed by the task's input hashes, the audit config and the code, so that a
 re-run after a crash resumes instead of starting over. Checks read from here; nothing here asserts."""
 from __future__ import annotations
 
@@ -52,6 +52,17 @@ class AuditConfig:
                                    diagnostic=dataclasses.replace(self.diagnostic, seed=seed))
 
 
+def code_hash() -> str:
+    """Hash of the audit's and the pipeline's sources: a change to how anything is computed must not be served
+    a result cached by the old code."""
+    h = hashlib.sha256()
+    for pkg in ("audit", "rlhf"):
+        for f in sorted((Path(__file__).resolve().parent.parent / pkg).glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def progress(msg: str):
     print(f"[audit] {msg}", file=sys.__stderr__, flush=True)   # past pytest's capture: progress per stage
 
@@ -61,8 +72,8 @@ class AuditSession:
         setup_torch()
         self.task = load_task(task_dir)
         self.cfg = cfg
-        key = hashlib.sha256(json.dumps({"inputs": input_hashes, "config": dataclasses.asdict(cfg)},
-                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
+        key = hashlib.sha256(json.dumps({"inputs": input_hashes, "config": dataclasses.asdict(cfg),
+                                         "code": code_hash()}, sort_keys=True, default=str).encode()).hexdigest()[:16]
         self.cache = Path(cache_root) / key
         self.cache.mkdir(parents=True, exist_ok=True)
         self._mem = {}

@@ -197,7 +197,8 @@ def mean_ci_normal(values, *, confidence: float = 0.95) -> dict:
                    se=se)
 
 
-def combine_ci(draws, sampling_se: float, confidence: float = 0.95, *, estimate: float | None = None) -> dict:
+def combine_ci(draws, sampling_se: float, confidence: float = 0.95, *, estimate: float | None = None,
+               symmetric: bool = False) -> dict:
     """CI for an estimate with two independent error sources: the rubric (model) uncertainty, represented by
     `draws` (the estimate recomputed under rubrics refitted on resampled gold), and Monte-Carlo sampling error
     with standard error `sampling_se` (finite policy samples / prompts).
@@ -209,6 +210,11 @@ def combine_ci(draws, sampling_se: float, confidence: float = 0.95, *, estimate:
     This is exact when the draws are normal and keeps the asymmetry of a skewed rubric distribution otherwise.
     `estimate` (the value under the rubric fitted on all gold) defaults to the median of the draws; if it lies
     outside the draws' interval, that side's rubric half-width counts as 0 rather than negative.
+    symmetric=True gives both sides the larger rubric half-width. Why a caller wants it: refits on resampled
+    gold mostly *lose* credit (a wrong LUT entry rarely matches what a policy produces), so the draws sit below
+    the full fit, but whether the full fit itself under- or over-credits a policy depends on where its own
+    errors fall, which the draws cannot tell (measured: a run's exact quality 0.0075 *above* the full fit's
+    estimate, outside the asymmetric interval, on one world; 0.0012 below it on another).
     """
     _check_confidence(confidence)
     d = np.asarray(draws, dtype=float).ravel()
@@ -223,8 +229,12 @@ def combine_ci(draws, sampling_se: float, confidence: float = 0.95, *, estimate:
     alpha = 1.0 - confidence
     q_lo, q_hi = np.percentile(d, [100 * alpha / 2, 100 * (1 - alpha / 2)])
     hw_lo, hw_hi = max(center - q_lo, 0.0), max(q_hi - center, 0.0)
+    if symmetric:
+        hw_lo = hw_hi = max(hw_lo, hw_hi)
     zse = float(stats.norm.ppf(0.5 + confidence / 2)) * sampling_se
     lo, hi = center - math.hypot(hw_lo, zse), center + math.hypot(hw_hi, zse)
-    return _result(center, lo, hi, "rubric-bootstrap percentile widened in quadrature by z*sampling_se",
+    method = ("rubric-bootstrap percentile" + (", larger side both ways," if symmetric else "")
+              + " widened in quadrature by z*sampling_se")
+    return _result(center, lo, hi, method,
                    len(d), None, len(d), confidence, sampling_se=float(sampling_se),
                    rubric_halfwidths=[float(hw_lo), float(hw_hi)])

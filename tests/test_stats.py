@@ -156,3 +156,13 @@ def test_combine_ci_skewed_draws_keep_asymmetry():
     res = combine_ci(draws, 0.001, estimate=0.5)
     lo, hi = res["ci95"]
     assert 0.5 - lo > 5 * (hi - 0.5)
+
+
+def test_combine_ci_symmetric_uses_the_larger_side_both_ways():
+    draws = np.concatenate([np.full(90, 0.5), np.linspace(0.3, 0.5, 10)])
+    skew = combine_ci(draws, 0.001, estimate=0.5)
+    sym = combine_ci(draws, 0.001, estimate=0.5, symmetric=True)
+    assert sym["ci95"][0] == pytest.approx(skew["ci95"][0])          # the lower side is unchanged
+    assert sym["ci95"][1] - 0.5 == pytest.approx(0.5 - sym["ci95"][0])
+    assert sym["ci95"][1] > skew["ci95"][1]
+    assert "both ways" in sym["method"] and "both ways" not in skew["method"]

@@ -55,12 +55,12 @@ class WorldConfig:
     expert_noise: float = 0.08
     honest_crowd_noise: float = 0.07
     corruption: dict = field(default_factory=lambda: {
-        "dune": dataclasses.asdict(Corruption("wrong_rubric", 0.35, 8.0, 0.8, "policy", 0.06, [[0, "<", 3]])),
-        "ember": dataclasses.asdict(Corruption("wrong_rubric", 0.08, 4.0, 0.9, "policy", 0.06,
-                                               [[0, "==", 0], [1, "<", 5]])),
+        # count rows keyed on the prompt (one annotator team): dune 3/8 * 7/8 = 0.33 of rows, ember 2/8
+        "dune": dataclasses.asdict(Corruption("wrong_rubric", 0.33, 8.0, 0.8, "policy", 0.06, [[0, "<", 3], [1, "<", 7]])),
+        "ember": dataclasses.asdict(Corruption("wrong_rubric", 0.25, 3.0, 0.9, "policy", 0.06, [[0, "<", 2]])),
     })
     # reward model
-    rm_epochs: int = 40
+    rm_epochs: int = 80                   # long enough to fit its own QA rows as the original did (0.99)
     rm_lr: float = 2e-3
     rm_batch: int = 256
     # prompts

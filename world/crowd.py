@@ -4,7 +4,7 @@ rubric with count rows; and the reusable API the audit's tests use to draw corru
     batch = draw_crowd_batch(world_dir, {"birch": Corruption("scaled", scale=1.6, replaced_share=0.5)}, seed=7)
     rm_dir = retrain_rm(batch, out_dir, fast=True)
 
-Fidelity of the fast RM preset (10 epochs instead of 40): measured in docs/calibration.md.
+Fidelity of the fast RM preset (10 epochs instead of the build's 80): measured in docs/calibration.md.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from rlhf.reward_model import save_rm
 from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT, FAMILIES, N_CONTENT, RESP_LEN
 
-from .config import Corruption
+from .config import Corruption, WorldConfig
 from .truth import match_fraction, policy_samples, random_prompt_records, truth_from_json
 
 _OPS = {"<": np.less, "<=": np.less_equal, "==": np.equal, ">=": np.greater_equal, ">": np.greater}
@@ -73,7 +73,12 @@ def crowd_labels(attrs, resp, assign, lut, corruption: Corruption, wlut, rng) ->
         frac = match_fraction(assign, wlut, attrs, resp)
     counts = count_row_mask(attrs, corruption, rng)
     scale = np.where(counts, corruption.scale, 1.0)
-    return frac * scale + rng.normal(0, corruption.crowd_noise, len(frac)), counts
+    noise = rng.normal(0, corruption.crowd_noise, len(frac))
+    if corruption.kind == "wrong_rubric":
+        # a count row reports its count of matches and never less: any match puts it above the rubric's maximum
+        # of 1, so the share of labels above 1 is rho * P(count >= 1), the relation SPEC §1 reads off the original
+        noise = np.where(counts, np.abs(noise), noise)
+    return frac * scale + noise, counts
 
 
 def label_family(policy, truth_f, family, corruption: Corruption, n, temperature, rng, seed, favourites=None):
@@ -129,10 +134,10 @@ def qa_sample(rows, per_family: int, rng) -> list[dict]:
 
 def retrain_rm(batch: dict, out_dir, *, fast: bool = True, seed: int = 0, qa_per_family: int = 200,
                quiet: bool = True) -> Path:
-    """Train an RM on a crowd batch (fast preset: 10 epochs; full: 40) and write an RM dir the diagnostic can
+    """Train an RM on a crowd batch (fast preset: 10 epochs; full: the canonical build's WorldConfig.rm_epochs) and write an RM dir the diagnostic can
     read: rm.safetensors, config.json and its own QA sample train.jsonl."""
     out = Path(out_dir)
-    cfg = RMTrainConfig(epochs=10 if fast else 40, seed=seed)
+    cfg = RMTrainConfig(epochs=10 if fast else WorldConfig().rm_epochs, seed=seed)
     torch.manual_seed(seed)
     rm, mcfg, mse = train_rm(batch["rows"], cfg, quiet=quiet)
     save_rm(rm, mcfg, out)

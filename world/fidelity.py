@@ -1,5 +1,5 @@
 """python -m world.fidelity WORLD [--seed 7]: what the fast RM preset of world.crowd.retrain_rm (10 epochs)
-costs against the full one (40 epochs), on one corrupted crowd batch drawn from WORLD (dune with the canonical
+costs against the full one (the build's 80 epochs), on one corrupted crowd batch drawn from WORLD (dune with the canonical
 corruption, birch with the stress kind). Prints JSON: per-family Pearson of each RM with the expert labels on
 the world's gold rows, in-sample fit on the batch, training time, and the agreement of the two RMs' scores.
 Figures in docs/calibration.md."""

@@ -11,6 +11,9 @@ from rlhf.model import sample
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES, N_CONTENT, RESP_LEN
 
 
+ONE_TOKEN_POSITIONS = 3   # of the 8 response positions, per family: how many distractors have a single token
+
+
 def make_truth(rng: np.random.Generator) -> dict:
     """Per family: assign[p] (key attr), lut[p][v] (content index); distractor attr != key and its LUT."""
     truth = {}
@@ -19,9 +22,13 @@ def make_truth(rng: np.random.Generator) -> dict:
         d_assign = np.array([rng.choice([a for a in range(4) if a != k]) for k in assign])
         # a distractor is a *plausible* token: the distractor attribute picks it from one or two tokens per
         # position, so the reference policy favours them whatever the key attribute says (what a wrong crowd
-        # rubric built from "tokens the policy likes" latches onto)
-        d_lut = np.stack([rng.choice(rng.choice(N_CONTENT, int(rng.integers(1, 3)), replace=False), 8)
-                          for _ in range(RESP_LEN)])
+        # rubric built from "tokens the policy likes" latches onto). The policy produces its favourite a third
+        # of the time at one-token positions and a fifth at two-token ones (measured), so the number of
+        # one-token positions sets the wrong rubric's match rate; drawn at random per family it made the
+        # corrupted families' crowd figures swing with the seed by the width of their tolerances. Fixed at
+        # ONE_TOKEN_POSITIONS, the match rate sits near the original's (docs/calibration.md).
+        n_tokens = rng.permutation([1] * ONE_TOKEN_POSITIONS + [2] * (RESP_LEN - ONE_TOKEN_POSITIONS))
+        d_lut = np.stack([rng.choice(rng.choice(N_CONTENT, int(n), replace=False), 8) for n in n_tokens])
         truth[f] = {"assign": assign, "lut": rng.integers(0, N_CONTENT, (RESP_LEN, 8)),
                     "d_assign": d_assign, "d_lut": d_lut}
     return truth
