@@ -143,3 +143,20 @@ def test_fast_rm_fidelity_report(tiny_world):
     # the full preset fits its own batch at least as well as the fast one (4x the epochs, same seed)
     assert rep["full"]["in_sample_fit"] >= rep["fast"]["in_sample_fit"] - 0.02
     assert set(rep["fast_vs_full_score_pearson_on_gold"]) == {"anvil", "birch", "cobalt", "dune", "ember", "fjord"}
+
+
+def test_calibrate_reports_every_spec_row(tiny_world, capsys):
+    """`world calibrate` computes SPEC §2's rows from the artefacts (on the tiny preset most are out of
+    tolerance: it checks the contract, not the figures), including the hybrid recipe run for real."""
+    from world.calibrate import main, rows
+
+    rc = main(tiny_world, seed=0, markdown=True, json_out=tiny_world.parent / "calib.json")
+    out = capsys.readouterr().out
+    saved = json.loads((tiny_world.parent / "calib.json").read_text())
+    R = saved["rows"]
+    assert len(R) == 19 and all(len(r) == 5 and isinstance(r[4], bool) for r in R)
+    assert rc == (0 if all(r[4] for r in R) else 1)
+    assert any(r[0].startswith("hybrid recipe") for r in R) and "hybrid recipe" in out
+    hq = saved["figures"]["quality"]["hybrid"]
+    assert 0.0 <= hq["balanced"] <= 1.0 and hq["steps"] == 30
+    assert [list(r) for r in rows(saved["figures"])] == R          # rows are a pure function of the figures

@@ -14,7 +14,7 @@ from rlhf.common import setup_torch
 from rlhf.data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from rlhf.model import load_policy, response_logprobs_grouped, sample
 from rlhf.reward_model import load_rm, score
-from rlhf.vocab import FAMILIES
+from rlhf.vocab import CONTENT0, FAMILIES
 
 from .config import RUNS
 from .truth import random_prompt_records, true_quality, truth_from_json
@@ -49,6 +49,53 @@ def _dev_proxy(policy, rm, dev, seed, n=4):
     return float(score(rm, prompts.repeat_interleave(n, 0), resp).mean())
 
 
+HYBRID_GOLD_FAMILIES = ("dune", "ember")
+
+
+def hybrid_quality(world, seed: int = 0, quiet: bool = True) -> dict:
+    """SPEC §2's hybrid recipe, run for real: KL-regularised RL from the reference at kl 0.02 for 1,500 steps
+    (scaled like the shipped runs on small presets), rewarded by the shipped RM on the honest families and by a
+    rubric fitted to the gold labels (the audit's recovery: gold rows + reference-policy prior; crowd rows
+    only if they agree with the experts, which dune's and ember's do not) on dune and ember. Returns the exact
+    true quality of the result."""
+    import tempfile
+
+    from audit.recovery import RecoveryConfig, recover_family   # world may use the audit; never the reverse
+    from rlhf.train_rl import RLConfig, train_rl
+
+    from .build import _absolute, run_config
+    from .config import WorldConfig
+
+    world = Path(world)
+    task = world / "task"
+    truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
+    wcfg = json.loads((world / "oracle" / "world.json").read_text())["config"]
+    cfg = WorldConfig(**{k: v for k, v in wcfg.items() if k in WorldConfig.__dataclass_fields__})
+    gold, qa = read_jsonl(task / "data" / "gold_calib.jsonl"), read_jsonl(task / "reward_model" / "train.jsonl")
+    ref, _ = load_policy(task / "policy")
+    rubrics = {f: recover_family(f, [r for r in gold if r["family"] == f], [r for r in qa if r["family"] == f],
+                                 ref, RecoveryConfig(n_boot=2, seed=seed)).fit for f in HYBRID_GOLD_FAMILIES}
+    rm, _ = load_rm(task / "reward_model")
+
+    def reward(records, prompts_rep, responses):
+        r = score(rm, prompts_rep, responses).clone()
+        resp = (responses - CONTENT0).numpy()
+        for f, rub in rubrics.items():
+            rows = np.array([rec["family"] == f for rec in records])
+            if rows.any():
+                attrs = np.array([rec["attrs"] for rec, m in zip(records, rows) if m])
+                r[torch.from_numpy(rows)] = torch.from_numpy(rub.score(attrs, resp[rows])).float()
+        return r
+
+    rc = _absolute(run_config("hybrid", 0.02, 1500, None, seed, cfg), task)
+    with tempfile.TemporaryDirectory() as tmp:
+        train_rl(rc, Path(tmp) / "hybrid", reward_fn=reward, quiet=quiet)
+        pol, _ = load_policy(Path(tmp) / "hybrid")
+    q = true_quality(pol, truth, cfg.grade_samples_per_family, seed)
+    q["steps"] = rc.steps
+    return q
+
+
 def figures(world, seed: int = 0) -> dict:
     world = Path(world)
     task = world / "task"
@@ -80,6 +127,7 @@ def figures(world, seed: int = 0) -> dict:
         pol, _ = load_policy(task / "runs" / name)
         fig["quality"][name] = true_quality(pol, truth, n_mc, seed)
         fig["dev_proxy"][name] = _dev_proxy(pol, rm, dev, seed)
+    fig["quality"]["hybrid"] = hybrid_quality(world, seed)
     return fig
 
 
@@ -88,7 +136,7 @@ def rows(fig) -> list[tuple]:
     R = []
     q = fig["quality"]
     ref = q["reference"]["per_family"]
-    d = {run: {f: q[run]["per_family"][f] - ref[f] for f in FAMILIES} for run in q if run != "reference"}
+    d = {run: {f: q[run]["per_family"][f] - ref[f] for f in FAMILIES} for run in q if run not in ("reference", "hybrid")}
     fmt = lambda xs: " ".join(f"{x:.2f}" for x in xs)
     gm = [fig["gold"][f]["mean"] for f in FAMILIES]
     R.append(("gold label mean per family", "0.25-0.30", fmt(gm), "each in [0.22, 0.33]",
@@ -141,6 +189,9 @@ def rows(fig) -> list[tuple]:
     R.append(("proxy reward (dev mix) kl002 / default / fourfam / kl05", "1.13 / 0.67 / 0.45 / 0.39",
               " / ".join(f"{p[r]:.2f}" for r in order), "same ordering",
               all(p[a] > p[b] for a, b in zip(order, order[1:]))))
+    hq = q["hybrid"]["balanced"]
+    R.append((f"hybrid recipe (RM on honest, gold-fitted rubric on dune/ember, kl 0.02, {q['hybrid']['steps']} "
+              "steps): true quality", "0.72", f"{hq:.3f}", ">= 0.65", hq >= 0.65))
     return R
 
 
