@@ -61,7 +61,7 @@ def hybrid_quality(world, seed: int = 0, quiet: bool = True) -> dict:
     import tempfile
 
     from audit.recovery import RecoveryConfig, recover_family   # world may use the audit; never the reverse
-    from rlhf.train_rl import RLConfig, train_rl
+    from rlhf.train_rl import train_rl
 
     from .build import _absolute, run_config
     from .config import WorldConfig
@@ -127,7 +127,7 @@ def figures(world, seed: int = 0) -> dict:
         pol, _ = load_policy(task / "runs" / name)
         fig["quality"][name] = true_quality(pol, truth, n_mc, seed)
         fig["dev_proxy"][name] = _dev_proxy(pol, rm, dev, seed)
-    fig["quality"]["hybrid"] = hybrid_quality(world, seed)
+    fig["quality"]["hybrid"] = hybrid_quality(world, seed, quiet=False)   # ~70 s: a progress bar on stderr
     return fig
 
 
