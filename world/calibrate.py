@@ -10,13 +10,13 @@ import numpy as np
 import torch
 from scipy import stats
 
-from rlhf.common import setup_torch
+from rlhf.common import config_from_dict, setup_torch
 from rlhf.data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from rlhf.model import load_policy, response_logprobs_grouped, sample
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0, FAMILIES
 
-from .config import RUNS
+from .config import RUNS, WorldConfig
 from .truth import random_prompt_records, true_quality, truth_from_json
 
 HONEST = [f for f in FAMILIES if f not in ("dune", "ember")]
@@ -52,39 +52,32 @@ def _dev_proxy(policy, rm, dev, seed, n=4):
 HYBRID_GOLD_FAMILIES = ("dune", "ember")
 
 
-def hybrid_quality(world, seed: int = 0, quiet: bool = True) -> dict:
+def hybrid_quality(task: Path, truth: dict, cfg: WorldConfig, gold, qa, ref, rm, seed: int = 0,
+                   quiet: bool = True) -> dict:
     """SPEC §2's hybrid recipe, run for real: KL-regularised RL from the reference at kl 0.02 for 1,500 steps
     (scaled like the shipped runs on small presets), rewarded by the shipped RM on the honest families and by a
     rubric fitted to the gold labels (the audit's recovery: gold rows + reference-policy prior; crowd rows
     only if they agree with the experts, which dune's and ember's do not) on dune and ember. Returns the exact
-    true quality of the result."""
+    true quality of the result. The arguments are what `figures` has already loaded from the world."""
     import tempfile
 
     from audit.recovery import RecoveryConfig, recover_family   # world may use the audit; never the reverse
     from rlhf.train_rl import train_rl
 
     from .build import _absolute, run_config
-    from .config import WorldConfig
 
-    world = Path(world)
-    task = world / "task"
-    truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
-    wcfg = json.loads((world / "oracle" / "world.json").read_text())["config"]
-    cfg = WorldConfig(**{k: v for k, v in wcfg.items() if k in WorldConfig.__dataclass_fields__})
-    gold, qa = read_jsonl(task / "data" / "gold_calib.jsonl"), read_jsonl(task / "reward_model" / "train.jsonl")
-    ref, _ = load_policy(task / "policy")
     rubrics = {f: recover_family(f, [r for r in gold if r["family"] == f], [r for r in qa if r["family"] == f],
                                  ref, RecoveryConfig(n_boot=2, seed=seed)).fit for f in HYBRID_GOLD_FAMILIES}
-    rm, _ = load_rm(task / "reward_model")
 
     def reward(records, prompts_rep, responses):
         r = score(rm, prompts_rep, responses).clone()
+        fams = np.array([rec["family"] for rec in records])
+        attrs = np.array([rec["attrs"] for rec in records])
         resp = (responses - CONTENT0).numpy()
         for f, rub in rubrics.items():
-            rows = np.array([rec["family"] == f for rec in records])
+            rows = fams == f
             if rows.any():
-                attrs = np.array([rec["attrs"] for rec, m in zip(records, rows) if m])
-                r[torch.from_numpy(rows)] = torch.from_numpy(rub.score(attrs, resp[rows])).float()
+                r[torch.from_numpy(rows)] = torch.from_numpy(rub.score(attrs[rows], resp[rows])).float()
         return r
 
     rc = _absolute(run_config("hybrid", 0.02, 1500, None, seed, cfg), task)
@@ -127,7 +120,8 @@ def figures(world, seed: int = 0) -> dict:
         pol, _ = load_policy(task / "runs" / name)
         fig["quality"][name] = true_quality(pol, truth, n_mc, seed)
         fig["dev_proxy"][name] = _dev_proxy(pol, rm, dev, seed)
-    fig["quality"]["hybrid"] = hybrid_quality(world, seed, quiet=False)   # ~70 s: a progress bar on stderr
+    cfg = config_from_dict(WorldConfig, wcfg, str(world / "oracle" / "world.json"))
+    fig["quality"]["hybrid"] = hybrid_quality(task, truth, cfg, gold, qa, ref, rm, seed, quiet=False)  # ~70 s
     return fig
 
 
