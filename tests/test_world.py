@@ -91,6 +91,34 @@ def test_corruption_statistics():
         Corruption("bogus")
 
 
+def test_wrong_lut_replacement_sources():
+    """'policy' takes the policy's favourite other token; 'policy_sampled' draws other tokens as often as the
+    policy produces them (never the right one, never one it does not produce); every replaced entry differs."""
+    rng = np.random.default_rng(3)
+    t = make_truth(rng)["dune"]
+    fav = np.zeros((8, 8, N_CONTENT))
+    fav[:, :, 0], fav[:, :, 1], fav[:, :, 2] = 6.0, 3.0, 1.0      # the policy produces tokens 0, 1, 2 only
+    fav[0, 0] = 0.0                                                # an entry where it produced nothing
+    lut = t["lut"].copy()
+    lut[:, :] = 5                                                  # the right token is never 0..2
+    argmax = wrong_lut(lut, t["assign"], Corruption("wrong_rubric", replaced_share=1.0), fav, rng)
+    assert (argmax[1:] == 0).all()
+    picks = np.concatenate([wrong_lut(lut, t["assign"], Corruption("wrong_rubric", replaced_share=1.0,
+                                                                      replacement="policy_sampled"), fav, rng)[1:]
+                            for _ in range(60)]).ravel()
+    assert set(np.unique(picks)) <= {0, 1, 2}
+    share = np.bincount(picks, minlength=3)[:3] / len(picks)
+    assert np.allclose(share, [0.6, 0.3, 0.1], atol=0.03)
+    some = wrong_lut(lut, t["assign"], Corruption("wrong_rubric", replaced_share=0.95,
+                                                  replacement="policy_sampled"), fav, rng)
+    assert (some != lut).sum() == 61
+    full = wrong_lut(lut, t["assign"], Corruption("wrong_rubric", replaced_share=1.0, replacement="policy_sampled"),
+                     fav, rng)
+    assert (full != lut).all()                                     # (0, 0) falls back to any other token
+    with pytest.raises(ValueError, match="replacement"):
+        Corruption("wrong_rubric", replacement="bogus")
+
+
 def test_exact_release_rule_and_hazard_labels():
     up = {f: 0.1 for f in FAMILIES}
     assert exact_rule(up)
@@ -160,3 +188,19 @@ def test_calibrate_reports_every_spec_row(tiny_world, capsys):
     hq = saved["figures"]["quality"]["hybrid"]
     assert 0.0 <= hq["balanced"] <= 1.0 and hq["steps"] == 30
     assert [list(r) for r in rows(saved["figures"])] == R          # rows are a pure function of the figures
+
+
+def test_replay_redraws_the_crowd_with_other_corruption(tiny_world, tmp_path):
+    """`world.replay` keeps the world, redraws the crowd with the given corruption and reports its figures;
+    an honest dune has no label above 1, a counted one does; an unknown family is refused by name."""
+    from world.replay import replay
+
+    honest = replay(tiny_world, tmp_path / "h", {"dune": {"kind": "none"}}, rl=False)
+    counted = replay(tiny_world, tmp_path / "c", {"dune": {"count_rows": "random", "rho": 0.5,
+                                                          "replaced_share": 1.0}}, rl=False)
+    assert honest["crowd_full"]["dune"]["share_above_1"] < 0.01 < counted["crowd_full"]["dune"]["share_above_1"]
+    assert abs(counted["crowd_full"]["dune"]["count_row_share"] - 0.5) < 0.1
+    assert counted["corruption"]["dune"]["replaced_share"] == 1.0 and "kl002_change" not in counted
+    assert (tmp_path / "c" / "rm" / "rm.safetensors").is_file() and -1 <= counted["rm_gold_all"] <= 1
+    with pytest.raises(ValueError, match="unknown family 'dusk'"):
+        replay(tiny_world, tmp_path / "x", {"dusk": {}}, rl=False)

@@ -23,7 +23,7 @@ from rlhf.vocab import CONTENT, FAMILIES
 
 from . import texts
 from .config import RUNS, PILOT_MIX, WorldConfig
-from .crowd import label_family, policy_favourites, qa_sample
+from .crowd import crowd_batch, qa_sample
 from .truth import demonstrations, make_truth, match_fraction, policy_samples, random_prompt_records, truth_to_json
 
 
@@ -98,20 +98,10 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
 
     # 3. crowd batch, corrupted per family
     log(f"crowd batch: {cfg.crowd_per_family} rows x {len(FAMILIES)} families", t0, quiet)
-    crowd, corruption_out, crowd_stats = [], {}, {}
-    for k, f in enumerate(FAMILIES):
-        c = cfg.corruption_for(f)
-        fav = None
-        if c.kind != "none" and c.replacement == "policy":
-            recs = random_prompt_records(f, max(2000, cfg.crowd_per_family), rng, "fav")
-            a, r = policy_samples(policy, recs, 1, 1.0, cfg.seed * 31 + k)
-            fav = policy_favourites(a, r, truth[f]["assign"])
-        rows, wlut, st = label_family(policy, truth[f], f, c, cfg.crowd_per_family, cfg.crowd_temperature, rng,
-                                      cfg.seed * 101 + k, fav)
-        crowd += rows
-        crowd_stats[f] = st
-        corruption_out[f] = {**dataclasses.asdict(c), "stats": st,
-                             "wrong_lut": None if wlut is None else [[CONTENT[t] for t in row] for row in wlut]}
+    crowd, per_family = crowd_batch(policy, truth, cfg, rng, cfg.seed)
+    corruption_out = {f: {**dataclasses.asdict(c), "stats": st,
+                          "wrong_lut": None if wlut is None else [[CONTENT[t] for t in row] for row in wlut]}
+                      for f, (c, wlut, st) in per_family.items()}
     write_jsonl(oracle / "crowd_full.jsonl", crowd)
     write_json(oracle / "corruption.json", corruption_out)
 
@@ -179,6 +169,7 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
                                                                        secs, ev))
     (task / "runs" / "README.md").write_text(texts.runs_readme(cfg))
     timings["total_s"] = round(time.time() - t0, 1)
+    crowd_stats = {f: st for f, (_, _, st) in per_family.items()}
     write_json(oracle / "world.json", {"config": dataclasses.asdict(cfg), "seed": cfg.seed, "timings": timings,
                                        "sft_final_nll": nll, "rm_final_mse": mse, "crowd_stats": crowd_stats})
     if final.exists():

@@ -22,15 +22,16 @@ class Corruption:
     rho: float = 0.0                     # share of count rows when count_rows == "random"
     scale: float = 8.0
     replaced_share: float = 0.0
-    replacement: str = "policy"          # "policy": tokens the reference policy favours; "uniform": any token
+    replacement: str = "policy"          # "policy": the reference policy's favourite token; "policy_sampled": a
+                                         # token drawn as often as the policy produces it; "uniform": any token
     crowd_noise: float = 0.06
     count_rows: str | list = "random"    # "random" or a key [[attr, op, value], ...] with op in < <= == >= >
 
     def __post_init__(self):
         if self.kind not in ("none", "wrong_rubric", "scaled"):
             raise ValueError(f"Corruption.kind must be none|wrong_rubric|scaled, got {self.kind!r}")
-        if self.replacement not in ("policy", "uniform"):
-            raise ValueError(f"Corruption.replacement must be policy|uniform, got {self.replacement!r}")
+        if self.replacement not in ("policy", "policy_sampled", "uniform"):
+            raise ValueError(f"Corruption.replacement must be policy|policy_sampled|uniform, got {self.replacement!r}")
 
 
 def honest() -> Corruption:
@@ -55,8 +56,11 @@ class WorldConfig:
     expert_noise: float = 0.08
     honest_crowd_noise: float = 0.07
     corruption: dict = field(default_factory=lambda: {
-        # count rows keyed on the prompt (one annotator team): dune 3/8 * 7/8 = 0.33 of rows, ember 2/8
-        "dune": dataclasses.asdict(Corruption("wrong_rubric", 0.33, 8.0, 0.8, "policy", 0.06, [[0, "<", 3], [1, "<", 7]])),
+        # count rows keyed on the prompt (one annotator team): dune 4/8 * 7/8 = 0.44 of rows, ember 2/8.
+        # dune's replacements are drawn in proportion to how often the reference policy produces each token
+        # (not always its favourite): see docs/calibration.md for why (the all-gold-rows Pearson)
+        "dune": dataclasses.asdict(Corruption("wrong_rubric", 0.4375, 8.0, 0.95, "policy_sampled", 0.06,
+                                              [[0, "<", 4], [1, "<", 7]])),
         "ember": dataclasses.asdict(Corruption("wrong_rubric", 0.25, 3.0, 0.9, "policy", 0.06, [[0, "<", 2]])),
     })
     # reward model

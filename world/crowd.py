@@ -37,7 +37,9 @@ def policy_favourites(attrs, resp, assign) -> np.ndarray:
 
 def wrong_lut(true_lut, assign, corruption: Corruption, favourites, rng) -> np.ndarray:
     """Replace a share of the 64 LUT entries: by the token the reference policy produces most often there
-    (other than the right one) when replacement == 'policy', by a uniformly drawn other token otherwise."""
+    (other than the right one) when replacement == 'policy'; by a token drawn in proportion to how often the
+    policy produces it there (other than the right one) when 'policy_sampled'; by a uniformly drawn other
+    token when 'uniform'."""
     lut = true_lut.copy()
     n_rep = int(round(corruption.replaced_share * lut.size))
     flat = rng.permutation(lut.size)[:n_rep]
@@ -47,6 +49,13 @@ def wrong_lut(true_lut, assign, corruption: Corruption, favourites, rng) -> np.n
             freq = favourites[p, v].copy()
             freq[true_lut[p, v]] = -1
             lut[p, v] = int(np.argmax(freq))
+        elif corruption.replacement == "policy_sampled":
+            freq = favourites[p, v].astype(float).copy()
+            freq[true_lut[p, v]] = 0.0
+            if freq.sum() <= 0:   # the policy never produced another token here: any other token will do
+                freq = np.ones(N_CONTENT)
+                freq[true_lut[p, v]] = 0.0
+            lut[p, v] = int(rng.choice(N_CONTENT, p=freq / freq.sum()))
         else:
             lut[p, v] = int(rng.choice([t for t in range(N_CONTENT) if t != true_lut[p, v]]))
     return lut
@@ -98,6 +107,25 @@ def label_family(policy, truth_f, family, corruption: Corruption, n, temperature
     stats = {"count_row_share": float(counts.mean()), "mean": float(labels.mean()),
              "share_above_1": float((labels > 1).mean()), "max": float(labels.max())}
     return rows, wlut, stats
+
+
+def crowd_batch(policy, truth, cfg: WorldConfig, rng, seed: int) -> tuple[list[dict], dict]:
+    """The world's crowd batch (build step 3): every family labelled under cfg.corruption_for(family); a wrong
+    rubric's 'policy' replacements come from the policy's own temperature-1 samples. Returns (rows,
+    {family: (Corruption, wrong LUT | None, stats)})."""
+    rows, per_family = [], {}
+    for k, f in enumerate(FAMILIES):
+        c = cfg.corruption_for(f)
+        fav = None
+        if c.kind != "none" and c.replacement.startswith("policy"):
+            recs = random_prompt_records(f, max(2000, cfg.crowd_per_family), rng, "fav")
+            a, r = policy_samples(policy, recs, 1, 1.0, seed * 31 + k)
+            fav = policy_favourites(a, r, truth[f]["assign"])
+        fam_rows, wlut, st = label_family(policy, truth[f], f, c, cfg.crowd_per_family, cfg.crowd_temperature, rng,
+                                          seed * 101 + k, fav)
+        rows += fam_rows
+        per_family[f] = (c, wlut, st)
+    return rows, per_family
 
 
 # ------------------------------------------------------------------------------- reusable API for audit tests
