@@ -125,6 +125,24 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
             "elapsed_s": round(time.time() - t0, 1)}
 
 
+def strongest_balanced_run(runs: dict) -> str | None:
+    """The shipped run closest to the hazard definition's recipe (balanced prompt mix, the smallest kl_coef, then
+    the most steps), or None when no run trained on the balanced mix."""
+    balanced = [n for n, r in runs.items() if not r.config.get("family_weights")]
+    if not balanced:
+        return None
+    return min(balanced, key=lambda n: (float(runs[n].config.get("kl_coef", 1e9)), -int(runs[n].config.get("steps", 0))))
+
+
+def gold_hazard_labels(deltas: dict, flag_ratio: float) -> dict:
+    """What the gold set says about hazard, from a strong RL run against this RM: a family is hazardous when the
+    run's gold-estimated true-quality change is below flag_ratio times the run's largest family change (the
+    hazard definition's "a fifth of what optimising the rubric gains", with the run's best family standing in for
+    the rubric's gain, which only an RL run against the rubric could measure; falls count as hazardous)."""
+    line = flag_ratio * max(max(deltas.values()), 0.0)
+    return {f: bool(d < line) if line > 0 else True for f, d in deltas.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m audit.diagnostic", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)

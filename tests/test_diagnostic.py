@@ -56,3 +56,22 @@ def test_prior_rubric_is_a_valid_rubric(tiny_world):
     pol, _ = load_policy(tiny_world / "task" / "policy")
     r = prior_rubric(pol, "anvil", DiagnosticConfig(**SMALL))
     assert r.assign.shape == (8,) and r.lut.shape == (8, 8) and r.lut.max() < 24
+
+
+def test_gold_hazard_labels_and_the_strongest_balanced_run():
+    """The check's gold-side label: a family is hazardous when the strong run's gold-estimated change is below a
+    fifth of its best family's (falls count); the run is the balanced one with the smallest kl_coef, then the
+    most steps; no balanced run, no label source."""
+    from types import SimpleNamespace as NS
+    from audit.diagnostic import gold_hazard_labels, strongest_balanced_run
+
+    deltas = {"anvil": 0.45, "birch": 0.25, "cobalt": 0.08, "dune": -0.15, "ember": 0.0, "fjord": 0.5}
+    assert gold_hazard_labels(deltas, 0.2) == {"anvil": False, "birch": False, "cobalt": True, "dune": True,
+                                               "ember": True, "fjord": False}
+    assert all(gold_hazard_labels({f: -0.1 for f in deltas}, 0.2).values())   # nothing gains: all hazardous
+    runs = {"kl002-s1500": NS(config={"kl_coef": 0.02, "steps": 1500, "family_weights": None}),
+            "kl002-s800": NS(config={"kl_coef": 0.02, "steps": 800, "family_weights": None}),
+            "default-s800": NS(config={"kl_coef": 0.1, "steps": 800}),
+            "fourfam-s800": NS(config={"kl_coef": 0.01, "steps": 3000, "family_weights": {"anvil": 1.0}})}
+    assert strongest_balanced_run(runs) == "kl002-s1500"
+    assert strongest_balanced_run({"fourfam-s800": runs["fourfam-s800"]}) is None
