@@ -44,11 +44,11 @@ def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: 
     for f, d in corruption.items():
         if f not in FAMILIES:
             raise ValueError(f"--corruption: unknown family {f!r}; expected one of {FAMILIES}")
-        cfg.corruption[f] = dataclasses.asdict(Corruption(**{**cfg.corruption.get(f, {}), **d}))
+        cfg.corruption[f] = dataclasses.asdict(Corruption(**{**dataclasses.asdict(cfg.corruption_for(f)), **d}))
     policy, _ = load_policy(world / "task" / "policy")
     rng = np.random.default_rng(seed + 12345)
     t0 = time.time()
-    res = {"corruption": {f: cfg.corruption.get(f) for f in FAMILIES}, "seed": seed}
+    res = {"corruption": {f: dataclasses.asdict(cfg.corruption_for(f)) for f in FAMILIES}, "seed": seed}
     crowd, per_family = crowd_batch(policy, truth, cfg, rng, seed)     # build step 3
     res["crowd_full"] = {f: {k: round(v, 3) for k, v in st.items()} for f, (_, _, st) in per_family.items()}
     qa = qa_sample(crowd, cfg.qa_per_family, rng)
