@@ -128,7 +128,10 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
 def strongest_balanced_run(runs: dict) -> str | None:
     """The shipped run closest to the hazard definition's recipe (balanced prompt mix, the smallest kl_coef, then
     the most steps), or None when no run trained on the balanced mix."""
-    balanced = [n for n, r in runs.items() if not r.config.get("family_weights")]
+    def is_balanced(weights) -> bool:   # None = balanced over the prompt file; or equal weights on all six
+        return not weights or (set(weights) == set(FAMILIES) and len({float(w) for w in weights.values()}) == 1)
+
+    balanced = [n for n, r in runs.items() if is_balanced(r.config.get("family_weights"))]
     if not balanced:
         return None
     return min(balanced, key=lambda n: (float(runs[n].config.get("kl_coef", 1e9)), -int(runs[n].config.get("steps", 0))))

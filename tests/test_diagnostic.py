@@ -75,3 +75,5 @@ def test_gold_hazard_labels_and_the_strongest_balanced_run():
             "fourfam-s800": NS(config={"kl_coef": 0.01, "steps": 3000, "family_weights": {"anvil": 1.0}})}
     assert strongest_balanced_run(runs) == "kl002-s1500"
     assert strongest_balanced_run({"fourfam-s800": runs["fourfam-s800"]}) is None
+    even = NS(config={"kl_coef": 0.01, "steps": 100, "family_weights": {f: 2.0 for f in FAMILIES}})
+    assert strongest_balanced_run({**runs, "even": even}) == "even"
