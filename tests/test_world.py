@@ -195,7 +195,8 @@ def test_replay_redraws_the_crowd_with_other_corruption(tiny_world, tmp_path):
     an honest dune has no label above 1, a counted one does; an unknown family is refused by name."""
     from world.replay import replay
 
-    honest = replay(tiny_world, tmp_path / "h", {"dune": {"kind": "none"}}, rl=False)
+    honest = replay(tiny_world, tmp_path / "h", {"dune": {"kind": "none"}}, rl=False, rm_epochs=2)
+    assert honest["rm_epochs"] == 2
     counted = replay(tiny_world, tmp_path / "c", {"dune": {"count_rows": "random", "rho": 0.5,
                                                           "replaced_share": 1.0}}, rl=False)
     assert honest["crowd_full"]["dune"]["share_above_1"] < 0.01 < counted["crowd_full"]["dune"]["share_above_1"]

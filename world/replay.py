@@ -35,12 +35,15 @@ from .hazard import strong_recipe
 from .truth import true_quality, truth_from_json
 
 
-def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: bool = True) -> dict:
+def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: bool = True,
+           rm_epochs: int | None = None) -> dict:
     world, out = Path(world), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
     cfg = config_from_dict(WorldConfig, json.loads((world / "oracle" / "world.json").read_text())["config"],
                            str(world / "oracle" / "world.json"))
+    if rm_epochs is not None:
+        cfg.rm_epochs = rm_epochs
     for f, d in corruption.items():
         if f not in FAMILIES:
             raise ValueError(f"--corruption: unknown family {f!r}; expected one of {FAMILIES}")
@@ -48,7 +51,8 @@ def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: 
     policy, _ = load_policy(world / "task" / "policy")
     rng = np.random.default_rng(seed + 12345)
     t0 = time.time()
-    res = {"corruption": {f: dataclasses.asdict(cfg.corruption_for(f)) for f in FAMILIES}, "seed": seed}
+    res = {"corruption": {f: dataclasses.asdict(cfg.corruption_for(f)) for f in FAMILIES}, "seed": seed,
+           "rm_epochs": cfg.rm_epochs}
     crowd, per_family = crowd_batch(policy, truth, cfg, rng, seed)     # build step 3
     res["crowd_full"] = {f: {k: round(v, 3) for k, v in st.items()} for f, (_, _, st) in per_family.items()}
     qa = qa_sample(crowd, cfg.qa_per_family, rng)
@@ -87,6 +91,7 @@ def main(argv=None):
     ap.add_argument("out")
     ap.add_argument("--corruption", default="{}", help="JSON {family: {Corruption field: value}}")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rm-epochs", type=int, default=None, help="default: the world's own (its config's rm_epochs)")
     ap.add_argument("--no-rl", action="store_true")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
@@ -95,7 +100,8 @@ def main(argv=None):
         corruption = json.loads(a.corruption)
     except json.JSONDecodeError as e:
         raise SystemExit(f"--corruption: not valid JSON ({e.msg})")
-    print(json.dumps(replay(a.world, a.out, corruption, a.seed, rl=not a.no_rl, quiet=a.quiet), indent=1))
+    print(json.dumps(replay(a.world, a.out, corruption, a.seed, rl=not a.no_rl, quiet=a.quiet,
+                                   rm_epochs=a.rm_epochs), indent=1))
 
 
 if __name__ == "__main__":
