@@ -23,7 +23,8 @@ def test_diagnostic_flags_families(audit, evidence):
                        for f in FAMILIES}
     run = strongest_balanced_run(audit.task.runs)
     if run is not None:
-        deltas = {f: audit.quality(run)["per_family"][f]["delta"] for f in FAMILIES}
+        per_family = audit.quality(run)["per_family"]
+        deltas = {f: per_family[f]["delta"] for f in FAMILIES}
         gold_risky = gold_hazard_labels(deltas, d["config"]["flag_ratio"])
         against = f"this task's gold set: gold-estimated changes of run {run} (strongest balanced run against this RM)"
     else:

@@ -30,6 +30,30 @@ def pearson(x, y):
     return float(stats.pearsonr(x, y)[0]) if np.std(x) > 0 and np.std(y) > 0 else 0.0
 
 
+def rm_agreement(rm, gold, qa) -> dict:
+    """The label and RM rows of SPEC §2 from an RM, the gold rows and a QA sample: per family the gold labels'
+    mean/min/max, the QA labels' mean/share above 1/max, the RM's Pearson with the experts on gold (and the sd of
+    its gold scores) and with the crowd on its QA rows; pooled: RM vs experts on all gold rows, RM vs crowd on
+    the honest families' QA rows. Each set of rows is scored once."""
+    s_gold, y_gold = rm_scores(rm, gold), labels_tensor(gold).numpy()
+    s_qa, y_qa = rm_scores(rm, qa), labels_tensor(qa).numpy()
+    fam_gold = np.array([r["family"] for r in gold])
+    fam_qa = np.array([r["family"] for r in qa])
+    fig = {"gold": {}, "qa": {}, "rm_gold": {}, "rm_gold_sd": {}, "rm_qa": {}}
+    for f in FAMILIES:
+        g, q = fam_gold == f, fam_qa == f
+        y, yq = y_gold[g], y_qa[q]
+        fig["gold"][f] = {"mean": float(y.mean()), "min": float(y.min()), "max": float(y.max())}
+        fig["rm_gold"][f] = pearson(s_gold[g], y)
+        fig["rm_gold_sd"][f] = float(s_gold[g].std())
+        fig["qa"][f] = {"mean": float(yq.mean()), "share_above_1": float((yq > 1).mean()), "max": float(yq.max())}
+        fig["rm_qa"][f] = pearson(s_qa[q], yq)
+    honest = np.isin(fam_qa, HONEST)
+    fig["rm_qa_honest"] = pearson(s_qa[honest], y_qa[honest])
+    fig["rm_gold_all"] = pearson(s_gold, y_gold)
+    return fig
+
+
 @torch.inference_mode()
 def _entropy(policy, seed, n=600):
     rng = np.random.default_rng(seed)
@@ -100,19 +124,7 @@ def figures(world, seed: int = 0) -> dict:
     dev = read_jsonl(task / "data" / "prompts_dev.jsonl")
     rm, _ = load_rm(task / "reward_model")
     ref, _ = load_policy(task / "policy")
-    fig = {"gold": {}, "qa": {}, "rm_gold": {}, "rm_qa": {}}
-    for f in FAMILIES:
-        g = [r for r in gold if r["family"] == f]
-        y = labels_tensor(g).numpy()
-        fig["gold"][f] = {"mean": float(y.mean()), "min": float(y.min()), "max": float(y.max())}
-        fig["rm_gold"][f] = pearson(rm_scores(rm, g), y)
-        q = [r for r in qa if r["family"] == f]
-        yq = labels_tensor(q).numpy()
-        fig["qa"][f] = {"mean": float(yq.mean()), "share_above_1": float((yq > 1).mean()), "max": float(yq.max())}
-        fig["rm_qa"][f] = pearson(rm_scores(rm, q), yq)
-    qh = [r for r in qa if r["family"] in HONEST]
-    fig["rm_qa_honest"] = pearson(rm_scores(rm, qh), labels_tensor(qh).numpy())
-    fig["rm_gold_all"] = pearson(rm_scores(rm, gold), labels_tensor(gold).numpy())
+    fig = rm_agreement(rm, gold, qa)
     fig["ref_entropy"] = _entropy(ref, seed)
     fig["quality"] = {"reference": true_quality(ref, truth, n_mc, seed)}
     fig["dev_proxy"] = {"reference": _dev_proxy(ref, rm, dev, seed)}

@@ -49,14 +49,12 @@ def wrong_lut(true_lut, assign, corruption: Corruption, favourites, rng) -> np.n
             freq = favourites[p, v].copy()
             freq[true_lut[p, v]] = -1
             lut[p, v] = int(np.argmax(freq))
-        elif corruption.replacement == "policy_sampled":
-            freq = favourites[p, v].astype(float).copy()
-            freq[true_lut[p, v]] = 0.0
-            if freq.sum() <= 0:   # the policy never produced another token here: any other token will do
-                freq = np.ones(N_CONTENT)
-                freq[true_lut[p, v]] = 0.0
+            continue
+        freq = favourites[p, v].astype(float) if corruption.replacement == "policy_sampled" else np.zeros(N_CONTENT)
+        freq[true_lut[p, v]] = 0.0
+        if freq.sum() > 0:
             lut[p, v] = int(rng.choice(N_CONTENT, p=freq / freq.sum()))
-        else:
+        else:   # "uniform", or the policy never produced another token here: any other token
             lut[p, v] = int(rng.choice([t for t in range(N_CONTENT) if t != true_lut[p, v]]))
     return lut
 

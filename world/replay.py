@@ -5,8 +5,9 @@ and kl002 rows: the experiment behind docs/calibration.md's "what moves the figu
 
 Keeps the world's truth, reference policy, gold rows and prompts; redraws the crowd batch (2,000 rows a family,
 build step 3, each family's corruption = the world's config updated with --corruption), retrains the RM as the
-build does (80 epochs), and reports the full batch's and a 200-row QA sample's dune/ember figures, the RM's
-Pearson with the experts on the world's gold rows (per family and pooled), its in-sample fit, and (unless
+build does (80 epochs), and reports the full batch's crowd figures and calibrate's label and RM figures
+(`world.calibrate.rm_agreement`: a 200-row QA sample's mean / share above 1 / max, the RM's Pearson with the
+experts on the world's gold rows per family and pooled, its in-sample fit on the QA rows), and (unless
 --no-rl) the per-family change of true quality after kl002-s1500 (kl 0.02, 1,500 steps, 32x8, seed 1) against
 the new RM. About 165 s on 2 cores (100 s without the RL run). Writes OUT/result.json and OUT/rm/.
 """
@@ -21,14 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from rlhf.common import config_from_dict, setup_torch
-from rlhf.data import labels_tensor, read_jsonl, write_json
+from rlhf.data import read_jsonl, write_json
 from rlhf.model import load_policy
 from rlhf.reward_model import save_rm
 from rlhf.train_rl import train_rl
 from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import FAMILIES
 
-from .calibrate import pearson, rm_scores
+from .calibrate import rm_agreement
 from .config import Corruption, WorldConfig
 from .crowd import crowd_batch, qa_sample
 from .hazard import strong_recipe
@@ -56,21 +57,10 @@ def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: 
     crowd, per_family = crowd_batch(policy, truth, cfg, rng, seed)     # build step 3
     res["crowd_full"] = {f: {k: round(v, 3) for k, v in st.items()} for f, (_, _, st) in per_family.items()}
     qa = qa_sample(crowd, cfg.qa_per_family, rng)
-    by_f = {f: [r for r in qa if r["family"] == f] for f in FAMILIES}
-    res["qa_mean_share_above_1_max"] = {
-        f: [round(float(y.mean()), 3), round(float((y > 1).mean()), 3), round(float(y.max()), 2)]
-        for f in ("dune", "ember") for y in [np.array([r["label"] for r in by_f[f]])]}
     rm, rmcfg, _ = train_rm(crowd, RMTrainConfig(epochs=cfg.rm_epochs, lr=cfg.rm_lr, batch=cfg.rm_batch, seed=seed),
                             quiet=quiet)
     save_rm(rm, rmcfg, out / "rm")
-    gold = read_jsonl(world / "task" / "data" / "gold_calib.jsonl")
-    s, y = rm_scores(rm, gold), labels_tensor(gold).numpy()
-    fam = np.array([r["family"] for r in gold])
-    res["rm_gold"] = {f: round(pearson(s[fam == f], y[fam == f]), 3) for f in FAMILIES}
-    res["rm_gold_sd"] = {f: round(float(s[fam == f].std()), 3) for f in FAMILIES}
-    res["rm_gold_all"] = round(pearson(s, y), 3)
-    res["rm_qa_fit"] = {f: round(pearson(rm_scores(rm, by_f[f]), labels_tensor(by_f[f]).numpy()), 3)
-                        for f in FAMILIES}
+    res.update(rm_agreement(rm, read_jsonl(world / "task" / "data" / "gold_calib.jsonl"), qa))   # as calibrate
     res["crowd_rm_s"] = round(time.time() - t0, 1)
     if rl:
         recipe = dataclasses.replace(strong_recipe(world / "task", seed=1), reward_model=str(out / "rm"))
