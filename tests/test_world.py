@@ -205,3 +205,34 @@ def test_replay_redraws_the_crowd_with_other_corruption(tiny_world, tmp_path):
     assert (tmp_path / "c" / "rm" / "rm.safetensors").is_file() and -1 <= counted["rm_gold_all"] <= 1
     with pytest.raises(ValueError, match="unknown family 'dusk'"):
         replay(tiny_world, tmp_path / "x", {"dusk": {}}, rl=False)
+
+
+def test_pooled_pearson_decomposes_exactly_into_family_terms():
+    """world.decompose's per-family within/between terms sum to the pooled Pearson (an identity, checked on
+    data whose families differ in scale and mean, as the RM's dune scores do)."""
+    from world.decompose import pooled_terms
+
+    rng = np.random.default_rng(4)
+    fam = np.repeat(np.array(FAMILIES), 50)
+    y = rng.normal(0.27, 0.17, len(fam))
+    s = 0.4 * y + rng.normal(0, 0.1, len(fam)) + np.where(fam == "dune", 0.8 + rng.normal(0, 0.9, len(fam)), 0.0)
+    res = pooled_terms(s, y, fam)
+    total = sum(t["within"] + t["between"] for t in res["families"].values())
+    assert abs(total - np.corrcoef(s, y)[0, 1]) < 1e-3 and abs(res["pooled"] - np.corrcoef(s, y)[0, 1]) < 1e-9
+    assert res["families"]["dune"]["rm_sd"] > 3 * res["families"]["anvil"]["rm_sd"]
+
+
+def test_decompose_on_the_tiny_world(tiny_world):
+    """The decomposition runs on a built world: terms sum to its pooled figure, the keyed corrupted family's gold
+    rows are split by its key, and a wrong rubric agrees less with the truth the more of its LUT is replaced."""
+    from world.decompose import decompose, render
+
+    res = decompose(tiny_world)
+    terms = res["shipped_rm"]
+    assert abs(sum(t["within"] + t["between"] for t in terms["families"].values()) - terms["pooled"]) < 1e-3
+    split = res["key_split"]["dune"]
+    gold = read_jsonl(tiny_world / "task" / "data" / "gold_calib.jsonl")
+    assert split["keyed"]["n"] + split["unkeyed"]["n"] == sum(r["family"] == "dune" for r in gold)
+    for f, signs in res["wrong_rubric_sign"].items():
+        assert signs["0.4"] > signs["1.0"], f
+    assert "pooled RM-expert Pearson" in render(res)
