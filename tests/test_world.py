@@ -220,6 +220,8 @@ def test_pooled_pearson_decomposes_exactly_into_family_terms():
     total = sum(t["within"] + t["between"] for t in res["families"].values())
     assert abs(total - np.corrcoef(s, y)[0, 1]) < 1e-3 and abs(res["pooled"] - np.corrcoef(s, y)[0, 1]) < 1e-9
     assert res["families"]["dune"]["rm_sd"] > 3 * res["families"]["anvil"]["rm_sd"]
+    with pytest.raises(ValueError, match="undefined"):
+        pooled_terms(np.ones(len(fam)), y, fam)
 
 
 def test_decompose_on_the_tiny_world(tiny_world):

@@ -46,6 +46,8 @@ def _arrays(records):
 def pooled_terms(s: np.ndarray, y: np.ndarray, fam: np.ndarray) -> dict:
     """The exact per-family split of pearson(s, y): {family: {"within", "between"}} and "pooled"."""
     denom = len(s) * s.std() * y.std()
+    if denom == 0:
+        raise ValueError("constant RM scores or expert labels on the gold rows: their Pearson is undefined")
     out = {"pooled": pearson(s, y), "families": {}}
     for f in FAMILIES:
         g = fam == f
