@@ -3,21 +3,20 @@ checkpoints and the oracle), side by side with the original's, with the toleranc
 Exits 1 when a figure is out of tolerance."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from scipy import stats
 
-from rlhf.common import config_from_dict, setup_torch
+from rlhf.common import setup_torch
 from rlhf.data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from rlhf.model import load_policy, response_logprobs_grouped, sample
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0, FAMILIES
 
-from .config import RUNS, WorldConfig
-from .truth import random_prompt_records, true_quality, truth_from_json
+from .config import RUNS, WorldConfig, load_world_config
+from .truth import load_truth, random_prompt_records, true_quality
 
 HONEST = [f for f in FAMILIES if f not in ("dune", "ember")]
 
@@ -116,9 +115,9 @@ def hybrid_quality(task: Path, truth: dict, cfg: WorldConfig, gold, qa, ref, rm,
 def figures(world, seed: int = 0) -> dict:
     world = Path(world)
     task = world / "task"
-    truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
-    wcfg = json.loads((world / "oracle" / "world.json").read_text())["config"]
-    n_mc = wcfg["grade_samples_per_family"]
+    truth = load_truth(world)
+    cfg = load_world_config(world)
+    n_mc = cfg.grade_samples_per_family
     gold = read_jsonl(task / "data" / "gold_calib.jsonl")
     qa = read_jsonl(task / "reward_model" / "train.jsonl")
     dev = read_jsonl(task / "data" / "prompts_dev.jsonl")
@@ -132,7 +131,6 @@ def figures(world, seed: int = 0) -> dict:
         pol, _ = load_policy(task / "runs" / name)
         fig["quality"][name] = true_quality(pol, truth, n_mc, seed)
         fig["dev_proxy"][name] = _dev_proxy(pol, rm, dev, seed)
-    cfg = config_from_dict(WorldConfig, wcfg, str(world / "oracle" / "world.json"))
     fig["quality"]["hybrid"] = hybrid_quality(task, truth, cfg, gold, qa, ref, rm, seed, quiet=False)  # ~70 s
     return fig
 

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from rlhf.common import config_from_dict
 from rlhf.vocab import FAMILIES
 
 PILOT_MIX = {"anvil": 0.222, "birch": 0.229, "cobalt": 0.217, "dune": 0.024, "ember": 0.098, "fjord": 0.211}
@@ -105,3 +108,9 @@ RUNS = [
     ("fourfam-s800", 0.1, 800, FOURFAM, 4),
 ]
 assert set(PILOT_MIX) == set(FAMILIES)
+
+
+def load_world_config(world) -> WorldConfig:
+    """The WorldConfig a world was built with (WORLD/oracle/world.json); an unknown key is a clear error."""
+    path = Path(world) / "oracle" / "world.json"
+    return config_from_dict(WorldConfig, json.loads(path.read_text())["config"], str(path))

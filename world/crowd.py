@@ -22,7 +22,7 @@ from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT, FAMILIES, N_CONTENT, RESP_LEN
 
 from .config import Corruption, WorldConfig
-from .truth import match_fraction, policy_samples, random_prompt_records, truth_from_json
+from .truth import load_truth, match_fraction, policy_samples, random_prompt_records
 
 _OPS = {"<": np.less, "<=": np.less_equal, "==": np.equal, ">=": np.greater_equal, ">": np.greater}
 
@@ -132,7 +132,7 @@ def draw_crowd_batch(world_dir, corruption: dict[str, Corruption], seed: int, n_
     """A fresh crowd batch from a built world: families not named in `corruption` are honest.
     Returns {"rows": [...], "wrong_luts": {family: lut}, "stats": {family: {...}}, "corruption": {...}}."""
     world_dir = Path(world_dir)
-    truth = truth_from_json(json.loads((world_dir / "oracle" / "truth.json").read_text()))
+    truth = load_truth(world_dir)
     wcfg = json.loads((world_dir / "oracle" / "world.json").read_text())["config"]
     n = n_per_family or wcfg["crowd_per_family"]
     policy, _ = load_policy(world_dir / "task" / "policy")

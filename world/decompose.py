@@ -17,30 +17,27 @@ audit. Figures in docs/calibration.md.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
-from rlhf.common import config_from_dict, setup_torch
-from rlhf.data import labels_tensor, read_jsonl, write_json
+from rlhf.common import setup_torch
+from rlhf.data import labels_tensor, read_jsonl, responses_tensor, write_json
 from rlhf.reward_model import load_rm
 from rlhf.train_rm import RMTrainConfig, train_rm
-from rlhf.vocab import CONTENT, FAMILIES
+from rlhf.vocab import CONTENT0, FAMILIES
 
 from .calibrate import pearson, rm_agreement, rm_scores
-from .config import Corruption, WorldConfig
+from .config import Corruption, load_world_config
 from .crowd import count_row_mask, policy_favourites, wrong_lut
-from .truth import match_fraction, truth_from_json
+from .truth import load_truth, match_fraction
 
-_TOK = {t: i for i, t in enumerate(CONTENT)}
 REPLACED_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 def _arrays(records):
-    attrs = np.array([r["attrs"] for r in records])
-    resp = np.array([[_TOK[t] for t in r["response"]] for r in records])
-    return attrs, resp
+    """Records' attributes and responses as content-token indices (what match_fraction takes)."""
+    return np.array([r["attrs"] for r in records]), responses_tensor(records).numpy() - CONTENT0
 
 
 def pooled_terms(s: np.ndarray, y: np.ndarray, fam: np.ndarray) -> dict:
@@ -92,9 +89,8 @@ def wrong_rubric_sign(truth_f, crowd_f, shares=REPLACED_SHARES, draws: int = 20)
 
 def decompose(world, rm_seeds=(), quiet: bool = True) -> dict:
     world = Path(world)
-    truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
-    cfg = config_from_dict(WorldConfig, json.loads((world / "oracle" / "world.json").read_text())["config"],
-                           str(world / "oracle" / "world.json"))
+    truth = load_truth(world)
+    cfg = load_world_config(world)
     gold = read_jsonl(world / "task" / "data" / "gold_calib.jsonl")
     crowd = read_jsonl(world / "oracle" / "crowd_full.jsonl")
     rm, _ = load_rm(world / "task" / "reward_model")

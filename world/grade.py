@@ -23,7 +23,7 @@ from rlhf.vocab import FAMILIES
 from .config import RUNS, Corruption
 from .crowd import draw_crowd_batch, retrain_rm
 from .hazard import _worker, hazard_labels, strong_recipe
-from .truth import true_quality, truth_from_json
+from .truth import load_truth, true_quality
 
 
 def exact_rule(delta: dict, min_gain=0.05, margin=-0.03) -> bool:
@@ -131,7 +131,7 @@ def _checkpoint_dir(sub: Path, answer) -> Path | None:
 def grade(world, submission, seed: int = 12345, diagnosis: str = "full") -> dict:
     setup_torch()
     world, sub = Path(world), Path(submission)
-    truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
+    truth = load_truth(world)
     n = json.loads((world / "oracle" / "world.json").read_text())["config"]["grade_samples_per_family"]
     answer, answer_err = _load_answer(sub)
     G = {"world": str(world), "submission": str(sub), "seed": seed, "missing": []}

@@ -20,7 +20,7 @@ from rlhf.vocab import FAMILIES
 from audit.diagnostic import rubric_reward as diagnostic_rubric_reward
 from audit.rubric import Rubric
 
-from .truth import true_quality, truth_from_json
+from .truth import load_truth, true_quality
 
 
 def rubric_reward(truth):
@@ -48,7 +48,7 @@ def rl_gain(world: Path, rm_dir: str | None, recipe: RLConfig, n_eval: int, cach
     cache = Path(cache_dir) / f"gain-{key}.json"
     if cache.exists():
         return json.loads(cache.read_text())
-    truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
+    truth = load_truth(world)
     recipe = dataclasses.replace(recipe, reward_model=rm_dir)
     with tempfile.TemporaryDirectory() as tmp:
         train_rl(recipe, tmp, reward_fn=None if rm_dir else rubric_reward(truth), quiet=quiet)

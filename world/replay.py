@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhf.common import config_from_dict, setup_torch
+from rlhf.common import setup_torch
 from rlhf.data import read_jsonl, write_json
 from rlhf.model import load_policy
 from rlhf.reward_model import save_rm
@@ -30,19 +30,18 @@ from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import rm_agreement
-from .config import Corruption, WorldConfig
+from .config import Corruption, load_world_config
 from .crowd import crowd_batch, qa_sample
 from .hazard import strong_recipe
-from .truth import true_quality, truth_from_json
+from .truth import load_truth, true_quality
 
 
 def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: bool = True,
            rm_epochs: int | None = None) -> dict:
     world, out = Path(world), Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    truth = truth_from_json(json.loads((world / "oracle" / "truth.json").read_text()))
-    cfg = config_from_dict(WorldConfig, json.loads((world / "oracle" / "world.json").read_text())["config"],
-                           str(world / "oracle" / "world.json"))
+    truth = load_truth(world)
+    cfg = load_world_config(world)
     if rm_epochs is not None:
         cfg.rm_epochs = rm_epochs
     for f, d in corruption.items():

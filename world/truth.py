@@ -3,6 +3,9 @@ distractor rule (another attribute + its own LUT) that the noisy demonstrations 
 and the exact true quality of a policy (Monte Carlo on fresh prompts, standard error reported)."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -39,6 +42,11 @@ def truth_to_json(truth: dict, expert_noise: float) -> dict:
                "distractor_assign": t["d_assign"].tolist(),
                "distractor_lut": [[CONTENT[i] for i in row] for row in t["d_lut"]]} for f, t in truth.items()}
     return {"families": fam, "expert_noise_sd": expert_noise}
+
+
+def load_truth(world) -> dict:
+    """A built world's hidden rubric (WORLD/oracle/truth.json)."""
+    return truth_from_json(json.loads((Path(world) / "oracle" / "truth.json").read_text()))
 
 
 def truth_from_json(obj: dict) -> dict:
