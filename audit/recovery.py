@@ -3,6 +3,7 @@ labels agree with the experts, with the reference policy's token frequencies as 
 refits on resampled rows (gold and the crowd rows used are resampled, each within its own set)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,6 +14,7 @@ from rlhf.model import sample
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX
+from .posterior import PosteriorConfig, sample_posterior
 from .rubric import RubricFitConfig, arrays_from_records, bootstrap_rubrics, cross_validate, fit_rubric, policy_prior
 
 
@@ -26,6 +28,7 @@ class RecoveryConfig:
     # maximum, slope of crowd label on the gold-fitted score within these bounds, and residual sd below this
     trust_slope: tuple = (0.75, 1.25)
     trust_max_resid_sd: float = 0.12
+    posterior: PosteriorConfig = field(default_factory=PosteriorConfig)
     seed: int = 0
 
 
@@ -69,6 +72,7 @@ class FamilyRubric:
     cv: dict = field(default_factory=dict)
     n_gold: int = 0
     n_crowd: int = 0
+    posterior: object = None          # RubricPosterior: Gibbs draws given the same rows and prior
 
 
 def _trust(fit, crowd_rows, cfg: RecoveryConfig) -> dict:
@@ -114,10 +118,13 @@ def recover_family(family, gold_rows, crowd_rows, ref_policy, cfg: RecoveryConfi
         boots = _stratified_boots(A2, R2, y2, w2, len(y), prior, key_prior, fcfg, cfg)
     else:
         fit = gold_fit
+        A2, R2, y2, w2 = A, R, y, None
         boots = bootstrap_rubrics(A, R, y, n_boot=cfg.n_boot, seed=cfg.seed, prior_logp=prior,
                                   key_logprior=key_prior, cfg=fcfg)
+    post = sample_posterior(A2, R2, y2, init=fit, weights=w2, prior_logp=prior, prior_weight=w_best,
+                            cfg=dataclasses.replace(cfg.posterior, seed=cfg.seed * 1000 + 31 + FAMILIES.index(family)))
     return FamilyRubric(family, fit, boots, w_best, trust["trusted"], trust, cvs[w_best], len(y),
-                        len(crowd_rows) if trust["trusted"] else 0)
+                        len(crowd_rows) if trust["trusted"] else 0, post)
 
 
 def _stratified_boots(A, R, y, w, n_gold, prior, key_prior, fcfg, cfg):

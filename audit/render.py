@@ -66,6 +66,7 @@ RUN = "run.passes_release_rule"
 RM = "rm.agrees_with_experts"
 CROWD = "crowd.on_rubric_scale"
 DIAG = "diagnostic.flags_families"
+OWN = "own.passes_release_rule"
 
 
 class AnswerSchemaError(ValueError):
@@ -399,28 +400,31 @@ def make_figures(answer: dict, claims: Claims, fig_dir: Path) -> list[str]:
         plt.close(fig)
         made.append("figures/diagnostic_risk.png")
 
-    curves = []
+    curves = []      # (label, points): every claim that recorded a training curve
     for c in claims.all():
         pts = c["details"].get("curve")
         if isinstance(pts, list):
             pts = [p for p in pts if isinstance(p, dict) and _is_num(p.get("step"))]
             if pts:
-                curves.append((c["param"] if c.get("param") is not None else c["id"], pts))
-    if curves:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharex=True)
-        for label, pts in curves:
-            for ax, key in zip(axes, ("proxy", "true")):
+                label = "own (audit)" if c.get("name") == OWN else (c["param"] if c.get("param") is not None
+                                                                    else c["id"])
+                curves.append((label, pts))
+    # a panel only for what some curve has: shipped runs log their proxy only, never a true-quality curve
+    panels = [(key, title) for key, title in (("proxy", "proxy reward (RM) along training"),
+                                              ("true", "estimated true quality along training"))
+              if any(_is_num(p.get(key)) for _, pts in curves for p in pts)]
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+        for ax, (key, title) in zip(axes[0], panels):
+            for k, (label, pts) in enumerate(curves):
                 xs = [p["step"] for p in pts if _is_num(p.get(key))]
-                ys = [p[key] for p in pts if _is_num(p.get(key))]
                 if xs:
-                    ax.plot(xs, ys, marker=".", label=label)
-        axes[0].set_title("proxy reward along training")
-        axes[1].set_title("true (gold) quality along training")
-        for ax in axes:
+                    ax.plot(xs, [p[key] for p in pts if _is_num(p.get(key))], marker=".", label=label,
+                            color=f"C{k % 10}")
+            ax.set_title(title)
             ax.set_xlabel("RL step")
             ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:   # a panel can be empty (no gold points along training)
-                ax.legend(fontsize=7)
+            ax.legend(fontsize=7)
         _save(fig, fig_dir / "training_curves.png")
         plt.close(fig)
         made.append("figures/training_curves.png")
@@ -447,7 +451,7 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
     return _env().get_template("summary.md.j2").render(
         a=answer, meta=doc.get("meta") or {}, claims=claims.all(), bad=bad, figures=figures,
         rule_text=rule_text, thresholds=thresholds, rm_claims=rm_details, crowd_claims=crowd_details,
-        shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG),
+        shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG), own=claims.one(OWN),
         errors=sum(c["status"] == "error" for c in claims.all()))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.common import setup_torch
+from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
 from .agreement import crowd_scale, rm_vs_labels
@@ -22,6 +23,11 @@ from .quality import QualityConfig, QualityEstimator
 from .recovery import RecoveryConfig, recover_rubrics
 from .release import ReleaseRule
 from .task import load_task
+from .train import OwnTrainConfig, train_own
+
+# the policy the audit trains itself (audit/train.py), next to the task's runs; "@" keeps it apart from any run
+# directory name (answer.json's recipe.source says "own", as SPEC §3 asks)
+OWN = "@own"
 
 
 @dataclass
@@ -32,6 +38,7 @@ class AuditConfig:
     quality: QualityConfig = field(default_factory=QualityConfig)
     diagnostic: DiagnosticConfig = field(default_factory=DiagnosticConfig)
     release_rule: ReleaseRule = field(default_factory=ReleaseRule)
+    own: OwnTrainConfig = field(default_factory=OwnTrainConfig)
     # thresholds of the per-family claims
     rm_min_pearson_lower: float = 0.2       # RM agrees with experts: Pearson CI lower bound above this
     crowd_max_share_above_1: float = 0.01   # crowd labels on the rubric's scale: at most this share above 1
@@ -44,12 +51,15 @@ class AuditConfig:
                    recovery=RecoveryConfig(prior_samples_per_family=600, n_boot=20, seed=seed),
                    quality=QualityConfig(prompts_per_family=200, samples_per_prompt=2, seed=seed),
                    diagnostic=DiagnosticConfig(steps=20, batch_prompts=8, samples_per_prompt=4,
-                                               prior_samples_per_family=600, eval_prompts_per_family=100, seed=seed))
+                                               prior_samples_per_family=600, eval_prompts_per_family=100, seed=seed),
+                   own=OwnTrainConfig(steps=60, batch_prompts=8, samples_per_prompt=4, curve_every=20,
+                                      curve_prompts_per_family=30, resume_every=20, seed=seed))
 
     def with_seed(self, seed: int) -> "AuditConfig":
         return dataclasses.replace(self, seed=seed, recovery=dataclasses.replace(self.recovery, seed=seed),
                                    quality=dataclasses.replace(self.quality, seed=seed),
-                                   diagnostic=dataclasses.replace(self.diagnostic, seed=seed))
+                                   diagnostic=dataclasses.replace(self.diagnostic, seed=seed),
+                                   own=dataclasses.replace(self.own, seed=seed))
 
 
 def code_hash() -> str:
@@ -112,15 +122,47 @@ class AuditSession:
             self._mem["estimator"] = QualityEstimator(self.rubrics(), self.cfg.quality)
         return self._mem["estimator"]
 
+    def load_policy(self, name: str):
+        """'reference', a run's name, or OWN (trained on first use)."""
+        if name == OWN:
+            self.own()
+            return load_policy(self.own_dir)[0]
+        return self.task.load_policy(name)
+
     def quality(self, name: str) -> dict:
-        """Estimated true quality of 'reference' or a run, with paired deltas against the reference."""
+        """Estimated true quality of 'reference', a run or OWN, with paired deltas against the reference."""
         def compute():
             est = self.estimator()
             ref = ("reference", self.task.load_policy())
+            method = self.cfg.quality.method
             if name == "reference":
-                return est.estimate(*ref)
-            return est.estimate(name, self.task.load_policy(name), reference=ref)
+                return est.estimate(*ref, method=method)
+            return est.estimate(name, self.load_policy(name), reference=ref, method=method)
         return self._cached(f"quality-{name}", compute)
+
+    # ------------------------------------------------------------------------------- the audit's own policy
+    @property
+    def own_dir(self) -> Path:
+        return self.cache / "own"
+
+    def own(self) -> dict:
+        """Train (once; resumed after a crash) the policy the audit ships: RL against the posterior-expected
+        rubric reward (audit/train.py). Returns its training log with the gold-vs-proxy curve."""
+        def compute():
+            posteriors = {f: fr.posterior for f, fr in self.rubrics().items()}
+            return train_own(self.task.root, posteriors, self.cfg.own, self.own_dir, rm=self.task.load_rm(),
+                             progress_file=sys.__stderr__)
+        return self._cached("own-train", compute)
+
+    def own_recipe(self) -> dict:
+        c = self.cfg.own
+        return {"source": "own", "kl_coef": c.kl_coef, "steps": c.steps, "family_weights": c.family_weights,
+                "reward": {f: "rubric" for f in FAMILIES}, "seed": c.seed, "lr": c.lr,
+                "batch_prompts": c.batch_prompts, "samples_per_prompt": c.samples_per_prompt,
+                "temperature": c.temperature,
+                "description": "trained by the audit: KL-regularised REINFORCE from the reference policy against "
+                               "the posterior-expected score of the expert rubric recovered from the gold set "
+                               "(every family; the reward model is not optimised)"}
 
     def run_verdict(self, name: str) -> dict:
         q = self.quality(name)
@@ -129,12 +171,22 @@ class AuditSession:
         return {**v, "quality": q}
 
     def shipped(self) -> dict:
-        """For now: the passing run with the highest estimated quality, else the reference."""
-        passing = [n for n in self.task.runs if self.run_verdict(n)["passes"]]
-        if passing:
-            best = max(passing, key=lambda n: self.quality(n)["estimate"])
-            return {"source": best, "dir": self.task.runs[best].dir, "config": self.task.runs[best].config}
-        return {"source": "reference", "dir": self.task.policy_dir, "config": None}
+        """The candidate (the audit's own policy or a task run) that passes the release rule with the highest
+        estimated true quality, else the reference. "why" says how it was chosen."""
+        candidates = [OWN] + list(self.task.runs)
+        passing = [n for n in candidates if self.run_verdict(n)["passes"]]
+        if not passing:
+            return {"source": "reference", "dir": self.task.policy_dir, "config": None,
+                    "why": "no candidate (own policy or task run) passes the release rule"}
+        best = max(passing, key=lambda n: (self.quality(n)["estimate"], n == OWN))
+        if best == OWN:
+            why = "the audit's own policy passes the release rule" + (
+                f" and its estimated true quality beats every passing task run ({', '.join(passing[1:])})"
+                if len(passing) > 1 else "; no task run does")
+            return {"source": OWN, "dir": self.own_dir, "config": self.own_recipe(), "why": why}
+        why = (f"task run {best} passes the release rule with the highest estimated true quality"
+               + ("; the audit's own policy " + ("estimates lower" if OWN in passing else "fails the release rule")))
+        return {"source": best, "dir": self.task.runs[best].dir, "config": self.task.runs[best].config, "why": why}
 
     def diagnostic(self) -> dict:
         return self._cached("diagnostic", lambda: diagnose(self.task.rm_dir, self.task.policy_dir,

@@ -3,6 +3,7 @@ by how much, with a CI that includes the rubric's uncertainty; which families im
 import pytest
 import torch
 
+from audit.session import OWN
 from rlhf.dev_eval import dev_eval
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
@@ -10,8 +11,13 @@ from rlhf.vocab import FAMILIES
 BASIS = ("true quality estimated on fresh prompts with uniform attributes (deployment traffic is balanced), "
          "{n} prompts x {k} samples per family at temperature 1.0, scored by the expert rubric recovered from "
          "the gold set (plus crowd rows of families whose labels agree with the experts; reference-policy prior); "
-         "95% CI from {b} rubric refits on resampled rows combined with sampling error; improvement = the "
-         "paired delta's CI lower bound above 0")
+         "{how}; improvement = the paired delta's CI lower bound above 0")
+HOW = {"posterior": "estimate = the posterior-mean rubric score (every LUT entry the policy relies on credited "
+                    "with its posterior probability, so a policy trained against the recovered rubric is not "
+                    "credited for the rubric's own errors); 95% CI from {b} posterior draws of the rubric "
+                    "(larger side both ways) combined with sampling error",
+       "bootstrap": "95% CI from {b} rubric refits on resampled rows (larger side both ways) combined with "
+                    "sampling error"}
 
 
 @pytest.mark.claim("shipped.improves_over_reference")
@@ -29,13 +35,15 @@ def test_shipped_improves_over_reference(audit, evidence, audit_out):
     improved = [f for f in FAMILIES if q["per_family"][f]["delta_ci95"][0] > 0]
     cfg = shipped["config"] or {}
     if src == "reference":   # zero RL steps: nothing optimised, no reward used
-        recipe = {"source": "reference", "description": "no run passes the release rule: the reference policy is "
+        recipe = {"source": "reference", "description": f"{shipped['why']}: the reference policy is "
                   "shipped unchanged", "kl_coef": 0.0, "steps": 0, "family_weights": None,
                   "reward": {f: "none" for f in FAMILIES}, "seed": audit.cfg.seed}
+    elif src == OWN:
+        recipe = {**cfg, "description": f"{cfg['description']}. Shipped because {shipped['why']}."}
     else:
         weights = cfg.get("family_weights")
-        recipe = {"source": src, "description": f"shipped run {src} unchanged (the best run that passes the "
-                  "release rule)", "kl_coef": cfg["kl_coef"], "steps": cfg["steps"], "family_weights": weights,
+        recipe = {"source": src, "description": f"shipped run {src} unchanged: {shipped['why']}",
+                  "kl_coef": cfg["kl_coef"], "steps": cfg["steps"], "family_weights": weights,
                   "reward": {f: ("rm" if not weights or weights.get(f, 0) > 0 else "none") for f in FAMILIES},
                   "seed": cfg["seed"]}
     task = audit.task
@@ -47,11 +55,13 @@ def test_shipped_improves_over_reference(audit, evidence, audit_out):
             "families_not_improved": [f for f in FAMILIES if f not in improved],
             "per_family": {f: {"estimate": v["estimate"], "ci95": v["ci95"], "reference": v["reference"],
                                "delta_ci95": v["delta_ci95"]} for f, v in q["per_family"].items()},
-            "basis": BASIS.format(n=q["prompts_per_family"], k=q["samples_per_prompt"], b=q["n_boot"])}
+            "basis": BASIS.format(n=q["prompts_per_family"], k=q["samples_per_prompt"],
+                                  how=HOW[q.get("method", "bootstrap")].format(b=q["n_boot"]))}
     evidence.record(estimate=q["estimate"], ci95=q["ci95"], n_resamples=q["n_boot"], seed=audit.cfg.seed,
-                    method="recovered-rubric quality, paired delta vs reference", thresholds={"delta_ci95_lower_gt": 0},
+                    method=f"recovered-rubric quality ({q.get('method', 'bootstrap')}), paired delta vs reference",
+                    thresholds={"delta_ci95_lower_gt": 0},
                     details={"checkpoint_dir": str(ck), "recipe": recipe, "dev_eval": dev, "certification": cert},
-                    inputs=["policy/", "runs/", "data/gold_calib.jsonl"])
+                    inputs=["policy/", "runs/", "data/gold_calib.jsonl", "reward_model/", "data/prompts_train.jsonl"])
     lo, hi = q["delta_ci95"]
     if not (cert["improved_over_reference"]):
         pytest.fail(f"shipped {src}: balanced delta {q['delta']:+.3f}, CI [{lo:+.3f}, {hi:+.3f}] not above 0", pytrace=False)

@@ -31,8 +31,10 @@ def keep_freed_memory(threshold: int = 1 << 30) -> bool:
         return False
 
 
-def progress(iterable=None, total=None, desc: str = "", quiet: bool = False):
-    return tqdm(iterable, total=total, desc=desc, disable=quiet, leave=False, dynamic_ncols=True, mininterval=1.0)
+def progress(iterable=None, total=None, desc: str = "", quiet: bool = False, file=None):
+    """A tqdm bar; `file` lets a caller inside pytest's capture write to the real terminal (sys.__stderr__)."""
+    return tqdm(iterable, total=total, desc=desc, disable=quiet, leave=False, dynamic_ncols=True, mininterval=1.0,
+                file=file)
 
 
 def file_sha256(path, chunk: int = 1 << 20) -> str:

@@ -1,0 +1,164 @@
+"""Train the policy the audit ships: KL-regularised RL from the task's reference policy against the reward the
+audit established, with gold-vs-proxy curves along the way, resumable after a crash.
+
+Reward (every family): the *posterior-expected* rubric score, sum_p P(response[p] is correct | gold, trusted
+crowd rows, prior) / 8, from audit.posterior. Not the RM: where the RM is corrupted it is the hazard itself,
+and where it is honest it is still a far noisier proxy of the rubric than the recovered rubric is (RM-expert
+Pearson 0.4-0.6 against the rubric's held-out 0.9+; docs/results.md measures what a hybrid RM/rubric reward
+ships). Not the rubric's point estimate either: an uncertain LUT entry is rewarded by its posterior
+probability, so the policy is pushed hardest where the audit is surest.
+
+Curves (Gao et al. 2022): every `curve_every` steps, on fixed fresh prompts, the RM's mean score of the
+policy's samples (the proxy) and the audit's estimate of their true quality (posterior-mean rubric score),
+with the KL from the reference.
+
+    python -m audit.train --task DIR --out DIR [--seed 0] [--steps N ...]   (the session calls train_own)
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlhf.common import progress, setup_torch
+from rlhf.data import prompts_tensor, write_json
+from rlhf.model import load_policy, save_policy
+from rlhf.reward_model import score as rm_score
+from rlhf.train_rl import RLConfig, RLTrainer
+from rlhf.vocab import CONTENT0, FAMILIES
+
+from .recovery import sample_arrays, uniform_prompts
+
+
+@dataclass
+class OwnTrainConfig:
+    kl_coef: float = 0.02              # KL penalty towards the reference (per sequence, nats)
+    steps: int = 1000                  # RL updates
+    batch_prompts: int = 32            # prompts per update (families balanced)
+    samples_per_prompt: int = 8        # samples per prompt (group-mean baseline)
+    lr: float = 1e-3                   # Adam learning rate
+    temperature: float = 1.0           # sampling temperature during training (deployment samples at 1.0)
+    max_grad_norm: float = 1.0
+    family_weights: dict | None = None  # None = balanced, the deployment mix (SPEC §1)
+    curve_every: int = 100             # steps between points of the gold-vs-proxy curve
+    curve_prompts_per_family: int = 100
+    resume_every: int = 200            # steps between resumable snapshots (policy, optimiser, RNG, logs)
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("steps", "batch_prompts", "samples_per_prompt", "curve_every", "resume_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"OwnTrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.kl_coef < 0 or self.lr <= 0 or self.temperature <= 0:
+            raise ValueError("OwnTrainConfig: kl_coef >= 0, lr > 0 and temperature > 0 required")
+
+
+def reward_tables(posteriors: dict) -> torch.Tensor:
+    """[families, 8, 4, 8, 24] posterior-expected correctness tables (audit.posterior.RubricPosterior.table) in
+    FAMILIES order; a family without a posterior gets zeros (never rewarded)."""
+    return torch.tensor(np.stack([posteriors[f].table() if f in posteriors else np.zeros((8, 4, 8, 24))
+                                  for f in FAMILIES]), dtype=torch.float32)
+
+
+def table_reward(tables: torch.Tensor):
+    """reward_fn for rlhf.train_rl: sum_p sum_k T[family, p, k, attrs[k], response[p]] / 8."""
+    fam_index = {f: i for i, f in enumerate(FAMILIES)}
+    p_idx = torch.arange(8)[None, :, None]
+    k_idx = torch.arange(4)[None, None, :]
+
+    def fn(records, prompts_rep, responses):
+        fam = torch.tensor([fam_index[r["family"]] for r in records])[:, None, None]
+        attrs = torch.tensor([r["attrs"] for r in records])[:, None, :]
+        resp = (responses - CONTENT0)[:, :, None]
+        return tables[fam, p_idx, k_idx, attrs, resp].sum(-1).mean(-1)
+    return fn
+
+
+def _curve_point(policy, rm, tables, prompts: dict, step: int, seed: int, kl: float | None) -> dict:
+    fn = table_reward(tables)
+    row = {"step": step, "kl": kl, "proxy": {}, "estimated_true": {}}
+    for k, f in enumerate(FAMILIES):
+        A, R = sample_arrays(policy, prompts[f], 1, seed * 131 + k)
+        recs = [{"family": f, "attrs": a} for a in A.tolist()]
+        resp = torch.from_numpy(R) + CONTENT0
+        prompts_t = prompts_tensor(recs)
+        row["proxy"][f] = float(rm_score(rm, prompts_t, resp).mean())
+        row["estimated_true"][f] = float(fn(recs, prompts_t, resp).mean())
+    row["proxy_balanced"] = float(np.mean(list(row["proxy"].values())))
+    row["estimated_true_balanced"] = float(np.mean(list(row["estimated_true"].values())))
+    return row
+
+
+def train_own(task, posteriors: dict, cfg: OwnTrainConfig, work_dir, rm=None, quiet: bool = False,
+              tables: torch.Tensor | None = None, progress_file=None) -> dict:
+    """RL from task/policy against the posterior-expected rubric reward. Writes work_dir/{policy.safetensors,
+    config.json, train_log.json}; snapshots in work_dir/resume.pt let a killed run continue where it stopped
+    (same numbers as an uninterrupted run: optimiser and RNG state are restored). `tables` overrides the reward
+    tables (tests give deliberately wrong rubrics). Returns the log dict."""
+    task, work = Path(task), Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    final_log = work / "train_log.json"
+    if final_log.exists() and (work / "policy.safetensors").exists():
+        return json.loads(final_log.read_text())
+    tables = reward_tables(posteriors) if tables is None else tables
+    rc = RLConfig(policy_init=str(task / "policy"), policy_ref=str(task / "policy"), reward_model=None,
+                  prompt_file=str(task / "data" / "prompts_train.jsonl"), family_weights=cfg.family_weights,
+                  kl_coef=cfg.kl_coef, steps=cfg.steps, batch_prompts=cfg.batch_prompts,
+                  samples_per_prompt=cfg.samples_per_prompt, lr=cfg.lr, temperature=cfg.temperature,
+                  seed=cfg.seed, max_grad_norm=cfg.max_grad_norm)
+    trainer = RLTrainer(rc, reward_fn=table_reward(tables))
+    rng = np.random.default_rng(cfg.seed + 4242)
+    curve_prompts = {f: uniform_prompts(f, cfg.curve_prompts_per_family, rng) for f in FAMILIES}
+    if rm is None:
+        from rlhf.reward_model import load_rm
+        rm = load_rm(task / "reward_model")[0]
+    snap = work / "resume.pt"
+    state = {"step": 0, "rows": [], "curve": [], "acc": [], "elapsed_s": 0.0}
+    if snap.exists():
+        s = torch.load(snap, weights_only=False)
+        trainer.policy.load_state_dict(s["policy"])
+        trainer.opt.load_state_dict(s["opt"])
+        trainer.gen.set_state(s["gen"])
+        state = s["state"]
+    else:
+        trainer.policy.eval()
+        state["curve"].append(_curve_point(trainer.policy, rm, tables, curve_prompts, 0, cfg.seed, 0.0))
+        trainer.policy.train()
+    t0 = time.time() - state["elapsed_s"]
+    bar = progress(total=cfg.steps, desc="train own policy", quiet=quiet, file=progress_file)
+    bar.update(state["step"])
+    acc = state["acc"]      # step figures since the last curve point
+    for step in range(state["step"] + 1, cfg.steps + 1):
+        acc.append(trainer.step())
+        bar.update(1)
+        if step % cfg.curve_every == 0 or step == cfg.steps:
+            row = {"step": step, **{k: round(float(np.mean([a[k] for a in acc])), 6) for k in acc[0]}}
+            state["rows"].append(row)
+            trainer.policy.eval()
+            state["curve"].append(_curve_point(trainer.policy, rm, tables, curve_prompts, step, cfg.seed, row["kl"]))
+            trainer.policy.train()
+            bar.set_postfix(reward=f"{row['proxy_reward']:.3f}", kl=f"{row['kl']:.1f}", refresh=False)
+            acc = []
+        if step % cfg.resume_every == 0 and step != cfg.steps:
+            state.update(step=step, acc=acc, elapsed_s=time.time() - t0)
+            tmp = snap.with_suffix(".tmp")
+            torch.save({"policy": trainer.policy.state_dict(), "opt": trainer.opt.state_dict(),
+                        "gen": trainer.gen.get_state(), "state": state}, tmp)
+            tmp.replace(snap)
+    bar.close()
+    trainer.policy.eval()
+    save_policy(trainer.policy, trainer.model_cfg, work)
+    log = {"config": dataclasses.asdict(cfg), "rows": state["rows"], "curve": state["curve"],
+           "elapsed_s": round(time.time() - t0, 1)}
+    write_json(final_log, log)
+    snap.unlink(missing_ok=True)
+    return log

@@ -1,0 +1,106 @@
+"""audit.train: the reward the audit's own policy is trained on, resuming after a crash, and -- the issue's proof
+of honesty -- certifying a policy trained against a rubric with deliberately wrong entries on a tiny world."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from audit.posterior import RubricPosterior
+from audit.quality import QualityConfig, QualityEstimator
+from audit.recovery import RecoveryConfig, recover_rubrics
+from audit.task import load_task
+from audit.train import OwnTrainConfig, reward_tables, table_reward, train_own
+from rlhf.model import load_policy
+from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
+from world.truth import load_truth, true_quality
+
+TINY = OwnTrainConfig(steps=12, batch_prompts=8, samples_per_prompt=4, curve_every=4, resume_every=4,
+                      curve_prompts_per_family=10)
+
+
+def _point_posterior(assign, lut) -> RubricPosterior:
+    """A 'posterior' certain of one rubric (two identical draws: interval code needs at least two)."""
+    return RubricPosterior(assign=np.stack([assign] * 2), lut=np.stack([lut] * 2), sigma=np.array([0.05, 0.05]))
+
+
+def test_table_reward_is_the_posterior_expected_score():
+    rng = np.random.default_rng(0)
+    posts = {f: RubricPosterior(assign=rng.integers(0, 4, (5, 8)), lut=rng.integers(0, 24, (5, 8, 8)),
+                                sigma=np.full(5, 0.05)) for f in FAMILIES}
+    fn = table_reward(reward_tables(posts))
+    A = rng.integers(0, 8, (60, 4))
+    R = rng.integers(0, 24, (60, 8))
+    fams = [FAMILIES[i % 6] for i in range(60)]
+    got = fn([{"family": f, "attrs": a.tolist()} for f, a in zip(fams, A)], None, torch.from_numpy(R) + CONTENT0)
+    want = [posts[f].expected_score(A[i:i + 1], R[i:i + 1])[0] for i, f in enumerate(fams)]
+    assert np.allclose(got.numpy(), want, atol=1e-6)
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError):
+        OwnTrainConfig(steps=0)
+    with pytest.raises(ValueError):
+        OwnTrainConfig(lr=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_rubrics(tiny_world):
+    task = load_task(tiny_world / "task")
+    return task, recover_rubrics(task, task.load_policy(), RecoveryConfig(prior_samples_per_family=300, n_boot=4))
+
+
+def test_resume_after_a_crash_gives_the_uninterrupted_result(tiny_world, tiny_rubrics, tmp_path, monkeypatch):
+    task, rub = tiny_rubrics
+    posts = {f: r.posterior for f, r in rub.items()}
+    whole = train_own(task.root, posts, TINY, tmp_path / "whole", quiet=True)
+
+    from rlhf import train_rl
+    real_step, calls = train_rl.RLTrainer.step, {"n": 0}
+
+    def crashing_step(self):
+        calls["n"] += 1
+        if calls["n"] == 7:               # after the step-4 snapshot, before the end
+            raise KeyboardInterrupt("simulated crash")
+        return real_step(self)
+    monkeypatch.setattr(train_rl.RLTrainer, "step", crashing_step)
+    with pytest.raises(KeyboardInterrupt):
+        train_own(task.root, posts, TINY, tmp_path / "resumed", quiet=True)
+    assert (tmp_path / "resumed" / "resume.pt").exists() and not (tmp_path / "resumed" / "train_log.json").exists()
+    monkeypatch.setattr(train_rl.RLTrainer, "step", real_step)
+    resumed = train_own(task.root, posts, TINY, tmp_path / "resumed", quiet=True)
+    a, _ = load_policy(tmp_path / "whole")
+    b, _ = load_policy(tmp_path / "resumed")
+    for (n, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(p, q), n
+    assert resumed["curve"] == whole["curve"] and resumed["rows"] == whole["rows"]
+    assert not (tmp_path / "resumed" / "resume.pt").exists()
+
+
+def test_certification_is_honest_when_the_reward_rubric_has_wrong_entries(tiny_world, tmp_path):
+    """Train against the true rubric with a quarter of every family's LUT entries deliberately wrong; the audit
+    certifies from its own posterior (gold of the task). Its estimate must not exceed the exact quality beyond
+    its CI -- whereas scoring with the (wrong) rubric the policy was trained on overstates it far beyond that."""
+    task = load_task(tiny_world / "task")
+    truth = load_truth(tiny_world)
+    rng = np.random.default_rng(0)
+    wrong = {}
+    for f in FAMILIES:
+        lut = truth[f]["lut"].copy()
+        flip = rng.random(lut.shape) < 0.25
+        lut[flip] = (lut[flip] + rng.integers(1, 24, flip.sum())) % 24
+        wrong[f] = (truth[f]["assign"], lut)
+    tables = reward_tables({f: _point_posterior(*wrong[f]) for f in FAMILIES})
+    cfg = dataclasses.replace(TINY, steps=150, batch_prompts=16, curve_every=50, resume_every=50)
+    train_own(task.root, {}, cfg, tmp_path / "own", tables=tables, quiet=True)
+    pol, _ = load_policy(tmp_path / "own")
+
+    rub = recover_rubrics(task, task.load_policy(), RecoveryConfig(prior_samples_per_family=300, n_boot=4))
+    est = QualityEstimator(rub, QualityConfig(prompts_per_family=300, samples_per_prompt=2))
+    q = est.estimate("own", pol, method="posterior")
+    exact = true_quality(pol, truth, 2000, seed=5)["balanced"]
+    naive = QualityEstimator({f: dataclasses.replace(rub[f], posterior=_point_posterior(*wrong[f])) for f in rub},
+                             QualityConfig(prompts_per_family=300, samples_per_prompt=2)).estimate(
+        "own", pol, method="posterior")
+    assert q["ci95"][0] <= exact + 0.01, (q["estimate"], q["ci95"], exact)
+    assert naive["ci95"][0] > exact + 0.05, (naive["estimate"], exact)      # the failure mode, shown
