@@ -5,6 +5,7 @@ SEED    ?= 0
 WORLD   ?= worlds/canonical
 TASK    ?= $(WORLD)/task
 OUT     ?= out/certify
+STRICT  ?=
 
 .PHONY: help install test bench world certify calibrate grade clean
 
@@ -16,7 +17,7 @@ help:
 	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
 	@echo "make grade     judge $(OUT) against $(WORLD)'s oracle (slow: trains RMs and RL runs for the diagnosis)"
 	@echo "make install   create .venv with the pinned dependencies (idempotent)"
-	@echo "variables: TASK=dir OUT=dir SEED=n WORLD=dir"
+	@echo "variables: TASK=dir OUT=dir SEED=n WORLD=dir STRICT=1 (certify: fail unless the policy is certified)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
@@ -36,7 +37,7 @@ world: $(STAMP)
 
 certify: $(STAMP)
 	@if [ "$(TASK)" = "$(WORLD)/task" ]; then $(MAKE) --no-print-directory world; fi
-	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)
+	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)$(if $(filter 1 yes true,$(STRICT)), --fail-if-not-certified)
 
 calibrate: world
 	$(PY) -m world calibrate $(WORLD)

@@ -1,63 +1,126 @@
-"""python -m audit.certify --task DIR --out DIR [--seed 0] [--preset full|small]: the main job.
+"""python -m audit.certify --task DIR --out DIR [--seed 0] [--preset full|small] [--fail-if-not-certified]: the main job.
 
-Runs the claims in checks/ with pytest (evidence -> OUT/evidence.json; expensive work cached in OUT/.cache so a
-re-run after a crash resumes), ships the checkpoint (OUT/checkpoint/), then renders OUT/answer.json,
-OUT/summary.md and OUT/figures/ from the evidence alone. A claim that does not hold is a finding, not a crash:
-the exit status is 0 when the report was rendered, 1 when the checks could not produce evidence or rendering
-failed (then any previous answer.json is left as it was)."""
+Validates the task first (audit.task.validate: cheap, no tensor loaded); then runs the claims in checks/ with
+pytest (evidence; expensive work cached in OUT/.cache so a re-run after a crash resumes), ships the checkpoint
+(OUT/checkpoint/), and renders OUT/answer.json, OUT/summary.md and OUT/figures/ from the evidence alone.
+
+Exit status:
+  0  the audit ran and its report was rendered, whatever it certified (a claim that does not hold is a finding)
+  2  bad input or usage: one line per problem on stderr (file, line or key, what was expected); nothing is
+     written, not even OUT itself (an existing OUT is left untouched)
+  1  an internal failure (the checks produced no evidence, or rendering failed): any previous answer.json is
+     left as it was
+  3  only with --fail-if-not-certified: the audit ran, but the shipped policy is not certified as improved
+     over the reference (for CI that gates on the certification itself)
+
+Every file under OUT is written atomically (temp file + rename); temp files live in OUT/.staging, which each
+run empties first, so a kill -9 at any point leaves no half-written output."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import os
+import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from .render import render
-
 ROOT = Path(__file__).resolve().parents[1]
+STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_NOT_CERTIFIED = 0, 1, 2, 3
+
+
+try:
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+def _die_with_parent(parent_pid: int):
+    """preexec_fn for the pytest child: on Linux the kernel sends it SIGKILL when certify dies (kill -9 included),
+    so that no orphan keeps writing into OUT after a crash. A no-op elsewhere. libc is looked up before the fork:
+    only the prctl call itself runs in the child."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent_pid:   # certify died before the prctl took effect
+            os._exit(1)
+
+
+def refuse(lines, out: Path) -> int:
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    print(f"[certify] refused ({len(lines)} problem{'s' * (len(lines) != 1)}); nothing was written to {out}",
+          file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m audit.certify", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m audit.certify", description=__doc__.splitlines()[0],
+                                 epilog="exit status: 0 the audit ran; 2 bad input or usage (nothing written); "
+                                        "1 internal failure; 3 with --fail-if-not-certified: not certified")
     ap.add_argument("--task", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--preset", choices=["full", "small"], default="full", help="small: tiny worlds and tests")
     ap.add_argument("--no-figures", action="store_true")
+    ap.add_argument("--fail-if-not-certified", action="store_true",
+                    help="exit 3 when the audit ran but did not certify the shipped policy (CI gating)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = ap.parse_args(argv)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    task = Path(a.task)
-    if not task.is_dir():
-        print(f"error: task directory {task} not found", file=sys.stderr)
-        return 1
+    out, task = Path(a.out), Path(a.task)
+    if out.exists() and not out.is_dir():
+        return refuse([f"--out {out}: exists and is not a directory"], out)
+
+    from .task import validate   # imports torch: after the usage checks, which need none of it
+    problems = validate(task)
+    if problems:
+        return refuse(problems, out)
+
     t0 = time.time()
-    evidence = out / ".evidence.new.json"
-    evidence.unlink(missing_ok=True)
+    staging = out / STAGING
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)    # debris of a run that was killed
+        staging.mkdir()
+    except OSError as e:
+        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
+    evidence = staging / "evidence.json"
     print(f"[certify] running the claims in checks/ on {task} (seed {a.seed}, preset {a.preset})", flush=True)
+    command = shlex.join([Path(sys.executable).name, "-m", "audit.certify", *argv])
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks"), "-q", "-p", "no:cacheprovider", "--rootdir",
            str(ROOT), "--task", str(task.resolve()), "--seed", str(a.seed), "--evidence", str(evidence),
-           "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "-o", "console_output_style=count",
+           "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "--audit-command", command,
+           "-o", "console_output_style=count",
            "--capture=sys"]   # sys-level capture leaves fd 2 alone: the per-stage progress lines reach the terminal
-    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    parent = os.getpid()
+    rc = subprocess.run(cmd, cwd=ROOT, preexec_fn=lambda: _die_with_parent(parent)).returncode
     if not evidence.exists():
         print(f"[certify] pytest exited {rc} without evidence: nothing rendered", file=sys.stderr)
-        return 1
+        return EXIT_INTERNAL
     claims = json.loads(evidence.read_text())["claims"]
     counts = {s: sum(c["status"] == s for c in claims) for s in ("pass", "fail", "error")}
     print(f"[certify] {len(claims)} claims: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error "
           f"({time.time() - t0:.0f}s)", flush=True)
+    print("[certify] rendering answer.json, summary.md, figures/", flush=True)
+    from .render import render
     try:
-        render(evidence, out, figures=not a.no_figures)
+        answer = render(evidence, out, figures=not a.no_figures)
     except Exception as e:   # noqa: BLE001 - report and keep the previous answer.json
         print(f"[certify] rendering failed, previous outputs kept: {e}", file=sys.stderr)
-        return 1
-    evidence.unlink(missing_ok=True)
+        return EXIT_INTERNAL
+    shutil.rmtree(staging, ignore_errors=True)
+    certified = answer["certification"]["improved_over_reference"] is True
     print(f"[certify] wrote {out}/answer.json, summary.md, evidence.json, figures/, checkpoint/ "
-          f"in {time.time() - t0:.0f}s", flush=True)
-    return 0
+          f"in {time.time() - t0:.0f}s; shipped policy {'CERTIFIED' if certified else 'NOT certified'} as improved "
+          f"over the reference", flush=True)
+    if a.fail_if_not_certified and not certified:
+        print("[certify] --fail-if-not-certified: exit 3", file=sys.stderr)
+        return EXIT_NOT_CERTIFIED
+    return EXIT_OK
 
 
 if __name__ == "__main__":

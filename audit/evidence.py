@@ -120,6 +120,43 @@ def hash_inputs(task_dir) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+def inputs_fingerprint(input_hashes) -> str | None:
+    """One short, path-free name for a task's content: sha256 of its sorted {relpath: sha256} (first 16 hex)."""
+    if not input_hashes:
+        return None
+    return hashlib.sha256(json.dumps(dict(sorted(input_hashes.items()))).encode()).hexdigest()[:16]
+
+
+def code_hash(packages=("audit", "checks", "rlhf", "templates")) -> str:
+    """sha256 of the sources that compute and render the audit (file names and bytes, sorted), for provenance."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for pkg in packages:
+        for f in sorted(p for p in (root / pkg).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update(f.relative_to(root).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def package_versions(dist: str = "rlhf-audit") -> dict[str, str | None]:
+    """Installed versions of python and of this project's declared dependencies, for provenance."""
+    import platform
+    import re
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    try:
+        out[dist] = metadata.version(dist)
+        names = [re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0] for r in metadata.requires(dist) or []]
+    except metadata.PackageNotFoundError:
+        names = []
+    for name in sorted(names, key=str.lower):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def _empty_claim(claim_id: str) -> dict:
     name, param = split_claim_id(claim_id)
     return {"id": claim_id, "name": name, "param": param, "status": None, "estimate": None, "ci95": None,
@@ -242,7 +279,7 @@ class EvidenceRecorder:
 
     def write(self, path, meta: dict | None = None) -> dict:
         """Write evidence.json atomically (temp file + rename); returns the document written."""
-        from rlhf.data import atomic_write_text  # lazy: rlhf.data imports torch
+        from rlhf.atomic import atomic_write_text
         doc = self.to_dict(meta)
         atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
         return doc

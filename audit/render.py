@@ -47,19 +47,20 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import jinja2
 import jsonschema
 
-from rlhf.atomic import atomic_write_text
+from rlhf.atomic import atomic_target, atomic_write_text
 
-from audit.evidence import load_evidence, to_jsonable
+from audit.evidence import inputs_fingerprint, load_evidence, to_jsonable
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 SCHEMA_PATH = TEMPLATES / "answer.schema.json"
 FIGURE_NAMES = ("quality_vs_proxy.png", "rm_agreement.png", "diagnostic_risk.png", "training_curves.png")
+
+STAGING = ".staging"   # temp files under out_dir (same filesystem as the outputs: the renames stay atomic)
 
 SHIPPED = "shipped.improves_over_reference"
 RUN = "run.passes_release_rule"
@@ -288,15 +289,9 @@ def render_answer_text(answer: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ figures
-def _save(fig, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+def _save(fig, path: Path, tmp_dir: Path) -> None:
+    with atomic_target(path, tmp_dir) as tmp:
         fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _quality_series(answer: dict) -> tuple[list[str], list[tuple[str, dict, dict]]]:
@@ -337,8 +332,9 @@ def _quality_series(answer: dict) -> tuple[list[str], list[tuple[str, dict, dict
     return fams, series
 
 
-def make_figures(answer: dict, claims: Claims, fig_dir: Path) -> list[str]:
+def make_figures(answer: dict, claims: Claims, fig_dir: Path, tmp_dir: Path | None = None) -> list[str]:
     """Write the figures whose data the evidence holds; returns their paths relative to out_dir."""
+    save = lambda fig, name: _save(fig, fig_dir / name, tmp_dir)   # noqa: E731
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -368,7 +364,7 @@ def make_figures(answer: dict, claims: Claims, fig_dir: Path) -> list[str]:
             ax.set_xticks(x, fams)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-        _save(fig, fig_dir / "quality_vs_proxy.png")
+        save(fig, "quality_vs_proxy.png")
         plt.close(fig)
         made.append("figures/quality_vs_proxy.png")
 
@@ -384,7 +380,7 @@ def make_figures(answer: dict, claims: Claims, fig_dir: Path) -> list[str]:
         ax.axhline(0, color="black", lw=0.8)
         ax.set_ylabel("Pearson r, RM vs expert labels (95% CI)")
         ax.set_title("reward model agreement with experts (red = flagged)")
-        _save(fig, fig_dir / "rm_agreement.png")
+        save(fig, "rm_agreement.png")
         plt.close(fig)
         made.append("figures/rm_agreement.png")
 
@@ -396,7 +392,7 @@ def make_figures(answer: dict, claims: Claims, fig_dir: Path) -> list[str]:
                color=["tab:red" if diag[f]["flag"] else "tab:gray" for f in names])
         ax.set_ylabel("risk (higher = riskier to optimise)")
         ax.set_title("gold-free diagnostic risk per family (red = flagged)")
-        _save(fig, fig_dir / "diagnostic_risk.png")
+        save(fig, "diagnostic_risk.png")
         plt.close(fig)
         made.append("figures/diagnostic_risk.png")
 
@@ -425,7 +421,7 @@ def make_figures(answer: dict, claims: Claims, fig_dir: Path) -> list[str]:
             ax.set_xlabel("RL step")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-        _save(fig, fig_dir / "training_curves.png")
+        save(fig, "training_curves.png")
         plt.close(fig)
         made.append("figures/training_curves.png")
 
@@ -452,6 +448,7 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
         a=answer, meta=doc.get("meta") or {}, claims=claims.all(), bad=bad, figures=figures,
         rule_text=rule_text, thresholds=thresholds, rm_claims=rm_details, crowd_claims=crowd_details,
         shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG), own=claims.one(OWN),
+        task_fingerprint=inputs_fingerprint((doc.get("meta") or {}).get("input_hashes")),
         errors=sum(c["status"] == "error" for c in claims.all()))
 
 
@@ -459,18 +456,23 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
 def render(evidence_path, out_dir, *, rule_text: str | None = None, figures: bool = True) -> dict:
     """Render out_dir/{answer.json, summary.md, figures/*.png, evidence.json} from evidence_path; returns the
     answer dict. Raises ValueError (AnswerSchemaError) before writing anything when the evidence is malformed or
-    the answer would violate the schema."""
+    the answer would violate the schema. Temp files live in out_dir/.staging (removed when left empty)."""
     evidence_path, out_dir = Path(evidence_path), Path(out_dir)
     doc = load_evidence(evidence_path)
     answer = build_answer(doc)
     answer_text = render_answer_text(answer)          # validated; nothing has been written yet
     out_dir.mkdir(parents=True, exist_ok=True)
-    made = make_figures(answer, Claims(doc), out_dir / "figures") if figures else []
-    atomic_write_text(out_dir / "summary.md", render_summary(answer, doc, made, rule_text))
+    staging = out_dir / STAGING
+    made = make_figures(answer, Claims(doc), out_dir / "figures", staging) if figures else []
+    atomic_write_text(out_dir / "summary.md", render_summary(answer, doc, made, rule_text), staging)
     target = out_dir / "evidence.json"
     if not (target.exists() and os.path.samefile(target, evidence_path)):
-        atomic_write_text(target, evidence_path.read_text())
-    atomic_write_text(out_dir / "answer.json", answer_text)   # last: its presence means a complete render
+        atomic_write_text(target, evidence_path.read_text(), staging)
+    atomic_write_text(out_dir / "answer.json", answer_text, staging)   # last: its presence means a complete render
+    try:
+        staging.rmdir()
+    except OSError:     # absent, or still holding the evidence of a run in progress (audit.certify removes it)
+        pass
     return answer
 
 

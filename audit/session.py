@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlhf.common import setup_torch
+from rlhf.atomic import atomic_write_bytes
+from rlhf.common import file_sha256, setup_torch
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
@@ -78,7 +79,8 @@ def progress(msg: str):
 
 
 class AuditSession:
-    def __init__(self, task_dir, cfg: AuditConfig, cache_root, input_hashes: dict):
+    def __init__(self, task_dir, cfg: AuditConfig, cache_root, input_hashes: dict, staging=None):
+        """staging: where temp files go before their atomic rename (default: beside their target)."""
         setup_torch()
         self.task = load_task(task_dir)
         self.cfg = cfg
@@ -87,6 +89,7 @@ class AuditSession:
         self.cache = Path(cache_root) / key
         self.cache.mkdir(parents=True, exist_ok=True)
         self._mem = {}
+        self.staging = Path(staging) if staging is not None else None
 
     def _cached(self, name: str, compute):
         """Memory, then disk (pickle, written atomically), then compute."""
@@ -98,9 +101,7 @@ class AuditSession:
         else:
             t = time.time()
             value = compute()
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(pickle.dumps(value))
-            tmp.replace(path)
+            atomic_write_bytes(path, pickle.dumps(value), self.staging)   # a kill never leaves half a pickle
             progress(f"{name}: {time.time() - t:.1f}s")
         self._mem[name] = value
         return value
@@ -194,20 +195,22 @@ class AuditSession:
                                                            self.cfg.diagnostic))
 
     def ship_checkpoint(self, out_dir) -> Path:
-        """Copy the shipped policy to OUT/checkpoint atomically (a failed copy never replaces a good one)."""
-        src = self.shipped()["dir"]
-        dst = Path(out_dir) / "checkpoint"
-        tmp = Path(out_dir) / ".checkpoint.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
+        """Copy the shipped policy to OUT/checkpoint. Unchanged files are left alone (a re-run rewrites nothing);
+        otherwise the copy is made in the staging dir and swapped in by renames, so a crash never leaves
+        OUT/checkpoint half-copied."""
+        src, dst = Path(self.shipped()["dir"]), Path(out_dir) / "checkpoint"
+        files = ("policy.safetensors", "config.json")
+        if all((dst / f).is_file() and file_sha256(dst / f) == file_sha256(src / f) for f in files):
+            return dst
+        staging = self.staging or Path(out_dir) / ".staging"
+        tmp, old = staging / "checkpoint.new", staging / "checkpoint.old"
+        for d in (tmp, old):
+            shutil.rmtree(d, ignore_errors=True)
         tmp.mkdir(parents=True)
-        for f in ("policy.safetensors", "config.json"):
-            shutil.copy2(Path(src) / f, tmp / f)
+        for f in files:
+            shutil.copyfile(src / f, tmp / f)
         if dst.exists():
-            old = Path(out_dir) / ".checkpoint.old"
-            shutil.rmtree(old, ignore_errors=True)
             dst.rename(old)
-            tmp.rename(dst)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(dst)
+        tmp.rename(dst)
+        shutil.rmtree(old, ignore_errors=True)
         return dst

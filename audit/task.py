@@ -1,14 +1,19 @@
-"""Load and validate a task directory (SPEC §1 layout). Every problem is a TaskError naming the file, the line
-or the key, and what was expected. The audit reads only this: never a world's oracle."""
+"""Validate and load a task directory (SPEC §1 layout). The audit reads only this: never a world's oracle.
+
+`validate(task_dir)` returns every problem it finds, one line each, naming the file, the line or the key, and
+what was expected; it reads the jsonl files and the checkpoints' headers (no tensor), so it is cheap and runs
+before anything expensive (`audit.certify` refuses a task with problems: exit 2, nothing written).
+`load_task` raises TaskError with those lines (its `problems` attribute) when there are any."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlhf.data import DataError, read_jsonl
-from rlhf.model import load_policy
-from rlhf.reward_model import load_rm
+from rlhf.data import json_error, read_jsonl_lines
+from rlhf.model import POLICY_KEYS, Policy, checkpoint_problems, default_config, load_policy
+from rlhf.reward_model import RM_KEYS, RewardModel, default_config as rm_default_config, load_rm
 from rlhf.train_rl import RLConfig
 from rlhf.vocab import FAMILIES
 
@@ -16,10 +21,22 @@ REQUIRED = ["policy/policy.safetensors", "policy/config.json", "reward_model/rm.
             "reward_model/config.json", "reward_model/train.jsonl", "data/prompts_train.jsonl",
             "data/prompts_dev.jsonl", "data/gold_calib.jsonl", "configs/default.json"]
 RUN_REQUIRED = ["policy.safetensors", "config.json", "run_config.json"]
+# jsonl files: (key, path, required fields, label range or None, minimum rows per family (0: none needed))
+# Expert labels are a fraction of 8 positions plus small noise: far outside [0, 1] means a broken file. A
+# family needs two labelled rows for any agreement figure, and prompts to be optimised on.
+JSONL = [("gold", "data/gold_calib.jsonl", ("response", "label"), (-0.5, 1.5), 2),
+         ("qa", "reward_model/train.jsonl", ("response", "label"), (-1.0, None), 2),
+         ("prompts_train", "data/prompts_train.jsonl", (), None, 1),
+         ("prompts_dev", "data/prompts_dev.jsonl", (), None, 0)]
+# run_config.json keys the audit reads (the shipped recipe): name -> (expected type, in words)
+RUN_KEYS = {"kl_coef": ((int, float), "a number >= 0"), "steps": (int, "an integer >= 0"), "seed": (int, "an integer")}
+MAX_PER_FILE = 10   # problems listed per file; the rest are counted, so a broken 12,000-row file stays readable
 
 
 class TaskError(ValueError):
-    pass
+    def __init__(self, problems):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
 
 
 @dataclass
@@ -56,70 +73,151 @@ class Task:
         return load_rm(self.rm_dir)[0]
 
 
-def _json(path: Path) -> dict:
+class _Problems:
+    """Problem lines in the order found, at most MAX_PER_FILE per file (then one line with the count)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.per_file: Counter = Counter()
+
+    def add(self, file, msg: str) -> None:
+        self.per_file[str(file)] += 1
+        if self.per_file[str(file)] <= MAX_PER_FILE:
+            self.lines.append(msg)
+
+    def reporter(self, file):
+        return lambda msg: self.add(file, msg)
+
+    def count(self, file) -> int:
+        return self.per_file[str(file)]
+
+    def result(self) -> list[str]:
+        more = [f"{f}: ... and {n - MAX_PER_FILE} more problems in this file"
+                for f, n in self.per_file.items() if n > MAX_PER_FILE]
+        return list(dict.fromkeys(self.lines + more))
+
+
+def _json_object(path: Path, P: _Problems, what: str):
+    """A JSON object from path, or None (the problem reported)."""
     try:
-        return json.loads(path.read_text())
+        obj = json.loads(path.read_bytes().decode("utf-8"))
     except json.JSONDecodeError as e:
-        raise TaskError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        P.add(path, f"{path}: not valid JSON ({json_error(e)}); expected {what}")
+        return None
+    except UnicodeDecodeError:
+        P.add(path, f"{path}: not UTF-8 text; expected {what}")
+        return None
+    except OSError as e:
+        P.add(path, f"{path}: cannot be read ({e.strerror})")
+        return None
+    if not isinstance(obj, dict):
+        P.add(path, f"{path}: expected {what}, got a JSON {type(obj).__name__}")
+        return None
+    return obj
 
 
-def _jsonl_log(path: Path) -> list:
+def _labelled(root: Path, rel: str, require, label_range, min_per_family, P: _Problems) -> list[dict]:
+    path = root / rel
+    rows = read_jsonl_lines(path, require, on_error=P.reporter(path), unique_ids=True)
+    lo, hi = label_range or (None, None)
+    for lineno, r in rows:
+        if "label" in r and ((lo is not None and r["label"] < lo) or (hi is not None and r["label"] > hi)):
+            P.add(path, f"{path}:{lineno}: field 'label': {r['label']} is outside [{lo}, {hi}]")
+    if min_per_family and path.is_file() and not P.count(path):   # on a file with bad lines: no cascade
+        counts = Counter(r["family"] for _, r in rows)
+        for f in FAMILIES:
+            if counts[f] < min_per_family:
+                P.add(path, f"{path}: family {f!r} has {counts[f]} rows; expected at least {min_per_family} for "
+                            f"each of {', '.join(FAMILIES)}")
+    return [r for _, r in rows]
+
+
+def _run_config_problems(path: Path, cfg: dict, P: _Problems) -> None:
+    for key, (types, words) in RUN_KEYS.items():
+        v = cfg.get(key)
+        if key not in cfg:
+            P.add(path, f"{path}: key {key!r} is missing; expected {words}")
+        elif isinstance(v, bool) or not isinstance(v, types) or (key != "seed" and v < 0):
+            P.add(path, f"{path}: key {key!r} is {v!r}; expected {words}")
+    w = cfg.get("family_weights")
+    if w is not None and (not isinstance(w, dict) or set(w) - set(FAMILIES) or any(
+            isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for x in w.values())):
+        P.add(path, f"{path}: key 'family_weights' is {w!r}; expected null or an object mapping families "
+                    f"({', '.join(FAMILIES)}) to numbers >= 0")
+
+
+def _log(path: Path, P: _Problems) -> list:
     rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        P.add(path, f"{path}: cannot be read ({getattr(e, 'strerror', None) or 'not UTF-8 text'})")
+        return rows
+    for i, line in enumerate(lines, 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise TaskError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+                P.add(path, f"{path}:{i}: not valid JSON ({json_error(e, line=True)}); expected one JSON object per line")
     return rows
 
 
-def _check_labels(records, path, lo=-1.0, hi=None):
-    for i, r in enumerate(records, 1):
-        if r["label"] < lo or (hi is not None and r["label"] > hi):
-            raise TaskError(f"{path}: record {i} (id {r.get('id')}): label {r['label']} outside [{lo}, {hi}]")
+def _checkpoint(directory: Path, P: _Problems, rm: bool = False) -> None:
+    args = (RewardModel, directory, "rm.safetensors", RM_KEYS, rm_default_config()) if rm else \
+        (Policy, directory, "policy.safetensors", POLICY_KEYS, default_config())
+    for msg in checkpoint_problems(*args):
+        file = msg.split(":", 1)[0]
+        if Path(file).is_file():    # a missing file was reported with the task's (or the run's) layout
+            P.add(file, msg)
 
 
-def load_task(root, check_models: bool = True) -> Task:
+def _inspect(root, check_models: bool = True) -> tuple[list[str], Task | None]:
     root = Path(root)
     if not root.is_dir():
-        raise TaskError(f"{root}: task directory not found")
-    missing = [f for f in REQUIRED if not (root / f).is_file()]
-    if missing:
-        raise TaskError(f"{root}: missing task files: {', '.join(missing)}")
-    try:
-        gold = read_jsonl(root / "data/gold_calib.jsonl", require=("response", "label"))
-        qa = read_jsonl(root / "reward_model/train.jsonl", require=("response", "label"))
-        train = read_jsonl(root / "data/prompts_train.jsonl")
-        dev = read_jsonl(root / "data/prompts_dev.jsonl")
-    except DataError as e:
-        raise TaskError(str(e)) from None
-    # expert labels are a fraction of 8 positions plus small noise: far outside [0, 1] means a broken file
-    _check_labels(gold, root / "data/gold_calib.jsonl", lo=-0.5, hi=1.5)
-    _check_labels(qa, root / "reward_model/train.jsonl", lo=-1.0)
-    for name, recs in (("gold_calib.jsonl", gold), ("prompts_train.jsonl", train)):
-        absent = set(FAMILIES) - {r["family"] for r in recs}
-        if absent:
-            raise TaskError(f"{root / 'data' / name}: no rows for families {sorted(absent)}")
-    default = _json(root / "configs/default.json")
-    unknown = set(default) - set(RLConfig.__dataclass_fields__)
-    if unknown:
-        raise TaskError(f"{root / 'configs/default.json'}: unknown keys {sorted(unknown)}")
+        return [f"{root}: task directory not found" if not root.exists() else f"{root}: not a directory"], None
+    P = _Problems()
+    for rel in REQUIRED:
+        if not (root / rel).is_file():
+            P.add(root / rel, f"{root / rel}: file not found (the task layout of SPEC §1 needs it)")
+    data = {key: _labelled(root, rel, req, rng, k, P) if (root / rel).is_file() else []
+            for key, rel, req, rng, k in JSONL}
+    default = {}
+    if (root / "configs/default.json").is_file():
+        default = _json_object(root / "configs/default.json", P, "an RL config object") or {}
+        unknown = sorted(set(default) - set(RLConfig.__dataclass_fields__))
+        if unknown:
+            P.add(root / "configs/default.json", f"{root / 'configs/default.json'}: unknown keys {unknown}; expected "
+                                                 f"keys of {sorted(RLConfig.__dataclass_fields__)}")
     runs = {}
     runs_dir = root / "runs"
     for d in sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []:
-        miss = [f for f in RUN_REQUIRED if not (d / f).is_file()]
-        if miss:
-            raise TaskError(f"{d}: run is missing {', '.join(miss)}")
-        runs[d.name] = Run(d.name, d, _json(d / "run_config.json"),
-                           _jsonl_log(d / "log.jsonl") if (d / "log.jsonl").is_file() else [],
-                           _json(d / "dev_eval.json") if (d / "dev_eval.json").is_file() else None)
+        for f in RUN_REQUIRED:
+            if not (d / f).is_file():
+                P.add(d / f, f"{d / f}: file not found (a run dir holds {', '.join(RUN_REQUIRED)})")
+        cfg = _json_object(d / "run_config.json", P, "the run's RL config object") \
+            if (d / "run_config.json").is_file() else None
+        if cfg is not None:
+            _run_config_problems(d / "run_config.json", cfg, P)
+        dev = _json_object(d / "dev_eval.json", P, "a dev-evaluation object") if (d / "dev_eval.json").is_file() else None
+        runs[d.name] = Run(d.name, d, cfg or {}, _log(d / "log.jsonl", P) if (d / "log.jsonl").is_file() else [], dev)
     if check_models:
-        try:
-            load_policy(root / "policy")
-            load_rm(root / "reward_model")
-            for r in runs.values():
-                load_policy(r.dir)
-        except (ValueError, FileNotFoundError) as e:
-            raise TaskError(str(e)) from None
-    return Task(root, gold, qa, train, dev, default, runs)
+        _checkpoint(root / "policy", P)
+        _checkpoint(root / "reward_model", P, rm=True)
+        for r in runs.values():
+            _checkpoint(r.dir, P)
+    problems = P.result()
+    if problems:
+        return problems, None
+    return [], Task(root, data["gold"], data["qa"], data["prompts_train"], data["prompts_dev"], default, runs)
+
+
+def validate(root, check_models: bool = True) -> list[str]:
+    """Every problem of a task directory, one line each (file, line or key, what was expected); [] = usable."""
+    return _inspect(root, check_models)[0]
+
+
+def load_task(root, check_models: bool = True) -> Task:
+    problems, task = _inspect(root, check_models)
+    if problems:
+        raise TaskError(problems)
+    return task

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.evidence import hash_inputs
+from audit.evidence import code_hash, hash_inputs, package_versions
 from audit.session import AuditConfig, AuditSession
 from rlhf.vocab import FAMILIES
 
@@ -20,6 +20,22 @@ def pytest_addoption(parser):
     g = parser.getgroup("audit")
     g.addoption("--audit-out", default="out/certify", help="output dir (cache, shipped checkpoint)")
     g.addoption("--audit-preset", default="full", choices=["full", "small"], help="small: tiny worlds and tests")
+    g.addoption("--audit-command", default=None, help="the command line that started the audit (audit.certify "
+                "passes its own), recorded in the evidence")
+
+
+def pytest_sessionstart(session):
+    """Provenance in the evidence (meta.config): what ran, with which code and which packages."""
+    from checks.evidence_plugin import recorder_of
+    config = session.config
+    recorder_of(config).config.update({"command": config.getoption("--audit-command"), "code_sha256": code_hash(),
+                                       "package_versions": package_versions()})
+
+
+def pytest_collection_modifyitems(items):
+    # task.well_formed first: a malformed task is named before anything expensive starts (stable sort)
+    items.sort(key=lambda item: item.get_closest_marker("claim") is None
+               or item.get_closest_marker("claim").args[:1] != ("task.well_formed",))
 
 
 def _task_runs(config):
@@ -59,4 +75,5 @@ def audit(task_dir, audit_config, audit_out, evidence_recorder):
     evidence_recorder.config.update({"audit_config": json.loads(json.dumps(dataclasses.asdict(audit_config),
                                                                            default=str)),
                                      "release_rule": audit_config.release_rule.describe()})
-    return AuditSession(task_dir, audit_config, audit_out / ".cache", hash_inputs(task_dir))
+    return AuditSession(task_dir, audit_config, audit_out / ".cache", hash_inputs(task_dir),
+                        staging=audit_out / ".staging")

@@ -43,8 +43,10 @@ def test_diagnostic_flags_families(audit, evidence):
                                           for f in FAMILIES},
                              "validation": {"against": against, "gold_risky": gold_risky, "run": run,
                                             "run_deltas": deltas, "agreement_risky": agreement_risky,
-                                            "flag_agreement": agree, "auroc": auroc, "elapsed_s": d["elapsed_s"],
-                                            "config": d["config"]}},
+                                            "flag_agreement": agree, "auroc": auroc, "config": d["config"]},
+                             # a duration: evidence only (the renderer copies "validation" into answer.json,
+                             # which must be the same bytes for the same seed and task)
+                             "diagnostic_elapsed_s": d["elapsed_s"]},
                     inputs=["reward_model/", "policy/", "data/prompts_train.jsonl"]
                     + ([f"runs/{run}/", "data/gold_calib.jsonl"] if run else ["data/gold_calib.jsonl"]))
     wrong = [f for f in FAMILIES if flags[f] != gold_risky[f]]

@@ -57,10 +57,12 @@ def test_shipped_improves_over_reference(audit, evidence, audit_out):
                                "delta_ci95": v["delta_ci95"]} for f, v in q["per_family"].items()},
             "basis": BASIS.format(n=q["prompts_per_family"], k=q["samples_per_prompt"],
                                   how=HOW[q.get("method", "bootstrap")].format(b=q["n_boot"]))}
+    # checkpoint_dir is relative to OUT (answer.json's directory): the report stays valid when OUT is moved
     evidence.record(estimate=q["estimate"], ci95=q["ci95"], n_resamples=q["n_boot"], seed=audit.cfg.seed,
                     method=f"recovered-rubric quality ({q.get('method', 'bootstrap')}), paired delta vs reference",
                     thresholds={"delta_ci95_lower_gt": 0},
-                    details={"checkpoint_dir": str(ck), "recipe": recipe, "dev_eval": dev, "certification": cert},
+                    details={"checkpoint_dir": ck.relative_to(audit_out).as_posix(), "recipe": recipe, "dev_eval": dev,
+                             "certification": cert},
                     inputs=["policy/", "runs/", "data/gold_calib.jsonl", "reward_model/", "data/prompts_train.jsonl"])
     lo, hi = q["delta_ci95"]
     if not (cert["improved_over_reference"]):

@@ -20,6 +20,12 @@ class DataError(ValueError):
     """A malformed input file: the message names the file, the line and the field."""
 
 
+def json_error(e: json.JSONDecodeError, line: bool = False) -> str:
+    """'Expecting ',' delimiter at column 40' (line=True: within one jsonl line) or '... at line 3 column 40'."""
+    msg = e.msg.removesuffix(" at")     # some of json's messages end in "at" already
+    return f"{msg} at column {e.colno}" if line else f"{msg} at line {e.lineno} column {e.colno}"
+
+
 def _check_record(rec, where: str) -> dict:
     if not isinstance(rec, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
@@ -45,29 +51,67 @@ def _check_record(rec, where: str) -> dict:
     return rec
 
 
-def read_jsonl(path, require: tuple[str, ...] = ()) -> list[dict]:
-    """Read and validate a jsonl file of prompt or labelled records. `require` names fields every row must have."""
+def read_jsonl_lines(path, require: tuple[str, ...] = (), on_error=None, unique_ids: bool = False
+                     ) -> list[tuple[int, dict]]:
+    """(line number, record) of every valid record of a jsonl file of prompt or labelled records. `require` names
+    fields every row must have; `unique_ids`: an "id" seen on an earlier line is a problem too.
+    Without `on_error` the first problem raises DataError; with it, every problem is passed to on_error(message)
+    and the bad line is skipped, so that a caller can report all of them at once."""
+    def problem(msg: str) -> None:
+        if on_error is None:
+            raise DataError(msg)
+        on_error(msg)
+
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    out = []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-            _check_record(rec, where)
-            for key in require:
-                if key not in rec:
-                    raise DataError(f"{where}: field {key!r} is missing")
-            out.append(rec)
-    if not out:
-        raise DataError(f"{path}: no records")
+        problem(f"{path}: file not found")
+        return []
+    out, seen, n_lines = [], {}, 0
+    try:
+        with open(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                where = f"{path}:{lineno}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    problem(f"{where}: not UTF-8 text; expected one JSON object per line")
+                    continue
+                if not line.strip():
+                    continue
+                n_lines += 1
+                try:
+                    rec = json.loads(line.rstrip("\r\n"))
+                    _check_record(rec, where)
+                    for key in require:
+                        if key not in rec:
+                            raise DataError(f"{where}: field {key!r} is missing")
+                except json.JSONDecodeError as e:
+                    problem(f"{where}: not valid JSON ({json_error(e, line=True)}); expected one JSON object "
+                            "per line")
+                    continue
+                except DataError as e:
+                    problem(str(e))
+                    continue
+                if unique_ids and "id" in rec:
+                    key = json.dumps(rec["id"], sort_keys=True)
+                    if key in seen:
+                        problem(f"{where}: field 'id': {rec['id']!r} repeats the id of line {seen[key]}; "
+                                "expected ids unique within the file")
+                        continue
+                    seen[key] = lineno
+                out.append((lineno, rec))
+    except OSError as e:
+        problem(f"{path}: cannot be read ({e.strerror})")
+        return out
+    if not n_lines:
+        problem(f"{path}: no records (the file is empty); expected one JSON record per line")
     return out
+
+
+def read_jsonl(path, require: tuple[str, ...] = ()) -> list[dict]:
+    """Read and validate a jsonl file of prompt or labelled records (the first problem raises DataError, naming
+    the file, the line and the field). `require` names fields every row must have."""
+    return [rec for _, rec in read_jsonl_lines(path, require)]
 
 
 def write_jsonl(path, records) -> None:

@@ -13,8 +13,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from .data import json_error
 from .vocab import CONTENT0, PROMPT_LEN, RESP_LEN, SEQ_LEN, VOCAB_SIZE
 
 POLICY_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "prompt_len", "resp_len")
@@ -162,42 +164,98 @@ def first_block_table(model) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
-def _check_config(cfg: dict, keys, where: str, defaults: dict) -> dict:
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded: the message names the file, the key and what was expected."""
+
+
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")   # safetensors dtype names; weights are loaded as float32
+
+
+def _config_problems(cfg, keys, where: str, defaults: dict) -> list[str]:
+    if not isinstance(cfg, dict):
+        return [f"{where}: expected a JSON object with keys {list(keys)}, got {type(cfg).__name__}"]
     missing = [k for k in keys if k not in cfg]
     if missing:
-        raise ValueError(f"{where}: config is missing keys {missing}; expected {list(keys)}")
+        return [f"{where}: keys {missing} are missing; expected {list(keys)}"]
+    bad = [k for k in keys if isinstance(cfg[k], bool) or not isinstance(cfg[k], int) or cfg[k] < 1]
+    if bad:
+        return [f"{where}: key {k!r} is {cfg[k]!r}; expected a positive integer" for k in bad]
+    out = []
     if cfg["vocab_size"] != VOCAB_SIZE:
-        raise ValueError(f"{where}: vocab_size is {cfg['vocab_size']}, this vocabulary has {VOCAB_SIZE} tokens")
+        out.append(f"{where}: key 'vocab_size' is {cfg['vocab_size']}; expected {VOCAB_SIZE} (this vocabulary)")
     for k in ("seq_len", "prompt_len", "resp_len"):
         if k in keys and cfg[k] != defaults[k]:
-            raise ValueError(f"{where}: {k} is {cfg[k]}, expected {defaults[k]}")
+            out.append(f"{where}: key {k!r} is {cfg[k]}; expected {defaults[k]}")
     if cfg["d_model"] % cfg["n_heads"]:
-        raise ValueError(f"{where}: d_model {cfg['d_model']} is not divisible by n_heads {cfg['n_heads']}")
-    return {k: int(cfg[k]) for k in keys}
+        out.append(f"{where}: key 'd_model' ({cfg['d_model']}) is not divisible by 'n_heads' ({cfg['n_heads']})")
+    return out
+
+
+def checkpoint_problems(cls, directory, weights: str, keys, defaults: dict) -> list[str]:
+    """Every problem of a checkpoint dir, each naming its file, found without loading a tensor: both files
+    present, config.json a JSON object with every key of `keys` (positive integers, this vocabulary and
+    sequence lengths), the safetensors header readable and covering the whole file (a truncated file is caught
+    here), and its keys, shapes and dtypes those of `cls` built from config.json."""
+    directory = Path(directory)
+    cfg_path, w_path = directory / "config.json", directory / weights
+    out = [f"{p}: file not found (a checkpoint dir holds {weights} and config.json)"
+           for p in (w_path, cfg_path) if not p.is_file()]
+    cfg = None
+    if cfg_path.is_file():
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except json.JSONDecodeError as e:
+            out.append(f"{cfg_path}: not valid JSON ({json_error(e)}); expected an object with keys {list(keys)}")
+        except UnicodeDecodeError:
+            out.append(f"{cfg_path}: not UTF-8 text; expected a JSON object with keys {list(keys)}")
+        else:
+            cfg_problems = _config_problems(cfg, keys, str(cfg_path), defaults)
+            out += cfg_problems
+            cfg = None if cfg_problems else cfg
+    if not w_path.is_file():
+        return out
+    try:
+        with safe_open(str(w_path), framework="pt") as fh:
+            header = {k: (fh.get_slice(k).get_dtype(), tuple(fh.get_slice(k).get_shape())) for k in fh.keys()}
+    except (SafetensorError, OSError) as e:
+        reason = str(e).removeprefix("Error while deserializing header: ")
+        return out + [f"{w_path}: not a valid safetensors file ({reason})"]
+    out += [f"{w_path}: key {k!r} has dtype {dt}; expected a floating-point dtype ({', '.join(FLOAT_DTYPES)})"
+            for k, (dt, _) in header.items() if dt not in FLOAT_DTYPES]
+    if cfg is None:     # no trustworthy config: shapes cannot be checked
+        return out
+    # built on the CPU: milliseconds at these sizes (the meta device would spend seconds importing decompositions)
+    expected = {k: tuple(t.shape) for k, t in cls(cfg).state_dict().items()}
+    missing, extra = sorted(set(expected) - set(header)), sorted(set(header) - set(expected))
+    if missing or extra:
+        out.append(f"{w_path}: state-dict keys do not match the {cls.__name__} of {cfg_path.name}: missing "
+                   f"{missing[:6]}, unexpected {extra[:6]}")
+    wrong = [k for k, shape in expected.items() if k in header and header[k][1] != shape]
+    if wrong:   # one line per file: a config that does not describe its weights mismatches many keys at once
+        k = wrong[0]
+        out.append(f"{w_path}: {len(wrong)} key{' has a shape' if len(wrong) == 1 else 's have shapes'} other than "
+                   f"{cfg_path.name}'s: {k!r} has {header[k][1]}, expected {expected[k]}"
+                   + (f" (also {', '.join(map(repr, wrong[1:4]))}{', ...' if len(wrong) > 4 else ''})"
+                      if len(wrong) > 1 else ""))
+    return out
 
 
 def load_module(cls, directory, weights: str, keys, defaults: dict):
+    """Load a checkpoint dir after checkpoint_problems found nothing wrong: a missing file is FileNotFoundError,
+    anything else CheckpointError (both name the file)."""
     directory = Path(directory)
-    cfg_path, w_path = directory / "config.json", directory / weights
-    for p in (cfg_path, w_path):
+    for p in (directory / weights, directory / "config.json"):
         if not p.is_file():
             raise FileNotFoundError(f"{p}: file not found (a checkpoint dir holds {weights} and config.json)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{cfg_path}: not valid JSON ({e.msg})") from None
-    cfg = _check_config(cfg, keys, str(cfg_path), defaults)
+    problems = checkpoint_problems(cls, directory, weights, keys, defaults)
+    if problems:
+        raise CheckpointError("; ".join(problems))
+    cfg = {k: int(v) for k, v in json.loads((directory / "config.json").read_text()).items() if k in keys}
     module = cls(cfg)
-    state = load_file(str(w_path))
-    expected = module.state_dict()
-    missing = sorted(set(expected) - set(state))
-    extra = sorted(set(state) - set(expected))
-    if missing or extra:
-        raise ValueError(f"{w_path}: state-dict keys do not match {cls.__name__} of {cfg_path.name}: "
-                         f"missing {missing[:6]}, unexpected {extra[:6]}")
-    for k, t in expected.items():
-        if tuple(state[k].shape) != tuple(t.shape):
-            raise ValueError(f"{w_path}: key {k!r} has shape {tuple(state[k].shape)}, expected {tuple(t.shape)}")
+    try:
+        state = load_file(str(directory / weights))
+    except SafetensorError as e:
+        raise CheckpointError(f"{directory / weights}: not a valid safetensors file ({e})") from None
     module.load_state_dict({k: v.float() for k, v in state.items()})
     module.eval()
     return module, cfg

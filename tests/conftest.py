@@ -19,3 +19,14 @@ def tiny_world(tmp_path_factory):
     out = tmp_path_factory.mktemp("worlds") / "tiny"
     build(out, preset("tiny", 0), quiet=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def certified_tiny(tiny_world, tmp_path_factory):
+    """One uninterrupted `python -m audit.certify` run on the tiny world (small preset, seed 0), shared: the
+    end-to-end tests read it, the crash test compares its interrupted and resumed runs with it."""
+    from tests.helpers import run_certify
+    out = tmp_path_factory.mktemp("certify")
+    r = run_certify(tiny_world / "task", out)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out, r

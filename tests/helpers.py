@@ -19,3 +19,17 @@ def make_checkpoints(tmp_path, seed: int = 0):
     save_rm(RewardModel(), rm_default_config(), tmp_path / "rm")
     write_jsonl(tmp_path / "prompts.jsonl", random_prompts(240, seed))
     return tmp_path / "policy", tmp_path / "rm", tmp_path / "prompts.jsonl"
+
+
+def certify_cmd(task, out, *extra) -> list[str]:
+    """`python -m audit.certify` on a task, small preset, seed 0 (as the end-to-end tests run it)."""
+    import sys
+    return [sys.executable, "-m", "audit.certify", "--task", str(task), "--out", str(out), "--preset", "small",
+            "--seed", "0", *extra]
+
+
+def run_certify(task, out, *extra):
+    import subprocess
+    from pathlib import Path
+    return subprocess.run(certify_cmd(task, out, *extra), capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])

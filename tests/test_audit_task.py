@@ -44,7 +44,7 @@ def test_out_of_range_gold_label_is_named(task_copy):
     rows = [json.loads(l) for l in p.read_text().splitlines()]
     rows[0]["label"] = 7.5
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(TaskError, match="label 7.5 outside"):
+    with pytest.raises(TaskError, match=r"gold_calib.jsonl:1: field .label.: 7.5 is outside"):
         load_task(task_copy)
 
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from rlhf.data import (DataError, group_by_family, prompts_tensor, read_jsonl, responses_tensor, sample_prompt_batch,
-                       write_jsonl)
+from rlhf.data import (DataError, group_by_family, prompts_tensor, read_jsonl, read_jsonl_lines, responses_tensor,
+                       sample_prompt_batch, write_jsonl)
 from rlhf.vocab import CONTENT, FAMILIES, decode_prompt, decode_response, encode_prompt, encode_response
 
 GOOD = {"id": "x", "family": "dune", "attrs": [1, 2, 3, 4], "response": ["ba"] * 8, "label": 0.25}
@@ -86,3 +86,22 @@ def test_sample_prompt_batch_respects_weights():
         sample_prompt_batch(by, {"zinc": 1.0}, 4, g)
     same = [r["id"] for r in sample_prompt_batch(by, None, 50, torch.Generator().manual_seed(1))]
     assert same == [r["id"] for r in sample_prompt_batch(by, None, 50, torch.Generator().manual_seed(1))]
+
+
+def test_every_problem_collected_with_line_numbers(tmp_path):
+    p = _write(tmp_path, [json.dumps(GOOD), "not json {", "", json.dumps({**GOOD, "label": "x"}),
+                          json.dumps({**GOOD, "id": "y"}), json.dumps(GOOD)])
+    problems = []
+    rows = read_jsonl_lines(p, require=("label",), on_error=problems.append, unique_ids=True)
+    assert [n for n, _ in rows] == [1, 5]                       # bad lines skipped, blank line ignored
+    assert [m.split(": ", 1)[0] for m in problems] == [f"{p}:2", f"{p}:4", f"{p}:6"]
+    assert "repeats the id of line 1" in problems[2]
+    with pytest.raises(DataError, match=f"{p}:2: not valid JSON"):   # without on_error: the first one raises
+        read_jsonl_lines(p)
+    assert read_jsonl(_write(tmp_path, [json.dumps(GOOD)] * 2))      # ids may repeat unless asked (bon samples)
+
+
+def test_empty_file_is_named(tmp_path):
+    p = _write(tmp_path, ["", "  "])
+    with pytest.raises(DataError, match=rf"{p}: no records \(the file is empty\)"):
+        read_jsonl(p)

@@ -271,7 +271,7 @@ def test_answer_template_puts_every_value_through_tojson():
 
 
 def _leftovers(out):
-    return sorted(p.name for p in out.iterdir() if p.name.endswith(".tmp"))
+    return sorted(p.name for p in out.rglob("*.tmp"))
 
 
 def test_schema_violating_evidence_leaves_previous_answer_intact(tmp_path):
@@ -341,3 +341,10 @@ def test_figures_only_from_data_present(tmp_path):
     assert names == ["quality_vs_proxy.png", "rm_agreement.png"]
     assert "diagnostic_risk.png" not in summary and "training_curves.png" not in summary
     assert "](figures/rm_agreement.png)" in summary
+
+
+def test_render_stages_temp_files_and_cleans_up(tmp_path):
+    do_render(tmp_path, full_evidence(), figures=True)
+    out = tmp_path / "out"
+    assert not (out / ".staging").exists() and _leftovers(out) == []
+    assert oct((out / "answer.json").stat().st_mode & 0o777) != oct(0o600)   # not mkstemp's private mode

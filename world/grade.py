@@ -119,12 +119,12 @@ def _load_answer(sub: Path):
 
 
 def _checkpoint_dir(sub: Path, answer) -> Path | None:
-    """The shipped checkpoint: answer.json's checkpoint_dir (as given, else relative to the submission), then
-    SUBMISSION/checkpoint, then the submission dir itself."""
+    """The shipped checkpoint: answer.json's checkpoint_dir (relative to the submission, where audit.certify
+    writes it, else as given), then SUBMISSION/checkpoint, then the submission dir itself."""
     candidates = [sub / "checkpoint", sub]
     if answer and answer.get("checkpoint_dir"):
         given = Path(answer["checkpoint_dir"])
-        candidates[:0] = [given, sub / given]
+        candidates[:0] = [sub / given, given]
     return next((c for c in candidates if (c / "policy.safetensors").exists()), None)
 
 
