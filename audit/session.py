@@ -151,8 +151,9 @@ class AuditSession:
         rubric reward (audit/train.py). Returns its training log with the gold-vs-proxy curve."""
         def compute():
             posteriors = {f: fr.posterior for f, fr in self.rubrics().items()}
+            progress(f"own policy: training {self.cfg.own.steps} RL steps against the recovered rubric")
             return train_own(self.task.root, posteriors, self.cfg.own, self.own_dir, rm=self.task.load_rm(),
-                             progress_file=sys.__stderr__)
+                             progress_file=sys.__stderr__, staging=self.staging, say=progress)
         return self._cached("own-train", compute)
 
     def own_recipe(self) -> dict:

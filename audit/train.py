@@ -11,27 +11,25 @@ probability, so the policy is pushed hardest where the audit is surest.
 Curves (Gao et al. 2022): every `curve_every` steps, on fixed fresh prompts, the RM's mean score of the
 policy's samples (the proxy) and the audit's estimate of their true quality (posterior-mean rubric score),
 with the KL from the reference.
-
-    python -m audit.train --task DIR --out DIR [--seed 0] [--steps N ...]   (the session calls train_own)
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import hashlib
+import io
 import json
+import os
 import shutil
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from rlhf.common import progress, setup_torch
-from rlhf.data import prompts_tensor, write_json
-from rlhf.model import load_policy, save_policy
+from rlhf.atomic import atomic_write_bytes, atomic_write_text
+from rlhf.common import progress
+from rlhf.data import prompts_tensor
+from rlhf.model import save_policy
 from rlhf.reward_model import score as rm_score
 from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
@@ -98,12 +96,20 @@ def _curve_point(policy, rm, tables, prompts: dict, step: int, seed: int, kl: fl
     return row
 
 
+def _save_atomic(obj, path: Path, staging):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue(), staging)
+
+
 def train_own(task, posteriors: dict, cfg: OwnTrainConfig, work_dir, rm=None, quiet: bool = False,
-              tables: torch.Tensor | None = None, progress_file=None) -> dict:
+              tables: torch.Tensor | None = None, progress_file=None, staging=None, say=None) -> dict:
     """RL from task/policy against the posterior-expected rubric reward. Writes work_dir/{policy.safetensors,
-    config.json, train_log.json}; snapshots in work_dir/resume.pt let a killed run continue where it stopped
-    (same numbers as an uninterrupted run: optimiser and RNG state are restored). `tables` overrides the reward
-    tables (tests give deliberately wrong rubrics). Returns the log dict."""
+    config.json, train_log.json} (train_log.json last: its presence means a finished run); snapshots in
+    work_dir/resume.pt let a killed run continue where it stopped (same numbers as an uninterrupted run:
+    optimiser and RNG state are restored). Every file is written atomically, its temp file in `staging` when
+    given. `tables` overrides the reward tables (tests give deliberately wrong rubrics); `say(msg)` is told of
+    each snapshot. Returns the log dict."""
     task, work = Path(task), Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     final_log = work / "train_log.json"
@@ -150,15 +156,20 @@ def train_own(task, posteriors: dict, cfg: OwnTrainConfig, work_dir, rm=None, qu
             acc = []
         if step % cfg.resume_every == 0 and step != cfg.steps:
             state.update(step=step, acc=acc, elapsed_s=time.time() - t0)
-            tmp = snap.with_suffix(".tmp")
-            torch.save({"policy": trainer.policy.state_dict(), "opt": trainer.opt.state_dict(),
-                        "gen": trainer.gen.get_state(), "state": state}, tmp)
-            tmp.replace(snap)
+            _save_atomic({"policy": trainer.policy.state_dict(), "opt": trainer.opt.state_dict(),
+                          "gen": trainer.gen.get_state(), "state": state}, snap, staging)
+            if say:
+                say(f"own policy: snapshot at step {step}/{cfg.steps}")
     bar.close()
     trainer.policy.eval()
-    save_policy(trainer.policy, trainer.model_cfg, work)
+    final = Path(staging or work) / ".own-final"
+    shutil.rmtree(final, ignore_errors=True)
+    save_policy(trainer.policy, trainer.model_cfg, final)
+    for f in ("policy.safetensors", "config.json"):
+        os.replace(final / f, work / f)
+    shutil.rmtree(final, ignore_errors=True)
     log = {"config": dataclasses.asdict(cfg), "rows": state["rows"], "curve": state["curve"],
            "elapsed_s": round(time.time() - t0, 1)}
-    write_json(final_log, log)
+    atomic_write_text(final_log, json.dumps(log, indent=2) + "\n", staging)
     snap.unlink(missing_ok=True)
     return log

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from audit.evidence import load_evidence
 from tests.helpers import certify_cmd
@@ -35,6 +36,7 @@ KILL_POINTS = [
     ("the checks, after the first cached stage", STAGE_DONE),
     ("the checks, after the second cached stage", STAGE_DONE),
     ("the checks, after the third cached stage", STAGE_DONE),
+    ("training the own policy, after its first snapshot", r"\[audit\] own policy: snapshot at step"),
     ("after the checks, before rendering", r"\[certify\] \d+ claims"),
     ("rendering", r"\[certify\] rendering"),
 ]
@@ -89,6 +91,11 @@ def assert_no_partial_output(out: Path, baseline: Path):
     for p in sorted(out.rglob("*")):
         rel = p.relative_to(out).as_posix()
         if p.is_dir() or rel.startswith(".staging/"):       # temp files of the killed run: emptied by the next
+            continue
+        if re.fullmatch(r"\.cache/[^/]+/own/.*", rel):           # the own policy's training dir (resumable)
+            assert p.name in ("resume.pt", "policy.safetensors", "config.json", "train_log.json"), rel
+            if p.name == "resume.pt":
+                torch.load(p, weights_only=False)              # complete (atomic write)
             continue
         if rel.startswith(".cache/"):
             assert p.suffix == ".pkl", rel

@@ -13,7 +13,8 @@ from audit.task import load_task
 from audit.train import OwnTrainConfig, reward_tables, table_reward, train_own
 from rlhf.model import load_policy
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
-from world.truth import load_truth, true_quality
+from world.crowd import policy_favourites
+from world.truth import load_truth, policy_samples, true_quality
 
 TINY = OwnTrainConfig(steps=12, batch_prompts=8, samples_per_prompt=4, curve_every=4, resume_every=4,
                       curve_prompts_per_family=10)
@@ -78,17 +79,24 @@ def test_resume_after_a_crash_gives_the_uninterrupted_result(tiny_world, tiny_ru
 
 
 def test_certification_is_honest_when_the_reward_rubric_has_wrong_entries(tiny_world, tmp_path):
-    """Train against the true rubric with a quarter of every family's LUT entries deliberately wrong; the audit
-    certifies from its own posterior (gold of the task). Its estimate must not exceed the exact quality beyond
-    its CI -- whereas scoring with the (wrong) rubric the policy was trained on overstates it far beyond that."""
+    """Train against the true rubric with a quarter of every family's LUT entries deliberately wrong -- replaced
+    by the token the reference policy itself produces most there, the error a rubric recovered with the policy's
+    help would make and the one RL picks up fastest; the audit certifies from its own posterior (the task's
+    gold). Its estimate must not exceed the exact quality beyond its CI -- whereas scoring with the (wrong)
+    rubric the policy was trained on overstates it far beyond that."""
     task = load_task(tiny_world / "task")
     truth = load_truth(tiny_world)
+    ref = task.load_policy()
     rng = np.random.default_rng(0)
     wrong = {}
-    for f in FAMILIES:
+    for k, f in enumerate(FAMILIES):
+        recs = [{"id": str(i), "family": f, "attrs": a.tolist()} for i, a in enumerate(rng.integers(0, 8, (3000, 4)))]
+        A, R = policy_samples(ref, recs, 1, 1.0, seed=k)
+        fav = policy_favourites(A, R, truth[f]["assign"])                    # [8 positions, 8 values, 24 tokens]
         lut = truth[f]["lut"].copy()
+        fav[np.arange(8)[:, None], np.arange(8)[None, :], lut] = -1          # never the right token
         flip = rng.random(lut.shape) < 0.25
-        lut[flip] = (lut[flip] + rng.integers(1, 24, flip.sum())) % 24
+        lut[flip] = fav.argmax(-1)[flip]
         wrong[f] = (truth[f]["assign"], lut)
     tables = reward_tables({f: _point_posterior(*wrong[f]) for f in FAMILIES})
     cfg = dataclasses.replace(TINY, steps=150, batch_prompts=16, curve_every=50, resume_every=50)

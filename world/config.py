@@ -92,7 +92,7 @@ def preset(name: str, seed: int = 0) -> WorldConfig:
     if name == "canonical":
         return WorldConfig(preset=name, seed=seed)
     if name == "tiny":
-        return WorldConfig(preset=name, seed=seed, demos_per_family=600, sft_epochs=12, crowd_per_family=300,
+        return WorldConfig(preset=name, seed=seed, demos_per_family=1500, sft_epochs=20, crowd_per_family=300,
                            qa_per_family=50, gold_per_family=40, rm_epochs=4, train_per_family=100, dev_prompts=120,
                            run_steps_scale=0.02, run_batch_prompts=8, run_samples_per_prompt=4, dev_eval_n=2,
                            grade_samples_per_family=500)
