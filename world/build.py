@@ -82,7 +82,7 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
     timings = {}
 
     # 1. the hidden truth
-    truth = make_truth(rng)
+    truth = make_truth(rng, cfg.distractor, tuple(cfg.distractor_few), cfg.distractor_shared)
     write_json(oracle / "truth.json", truth_to_json(truth, cfg.expert_noise))
 
     # 2. reference policy: SFT on noisy demonstrations
