@@ -1,4 +1,4 @@
-"""python -m world build|calibrate|grade ... (see each sub-command's --help)."""
+"""python -m world build|calibrate|zoo-check|grade ... (see each sub-command's --help)."""
 from __future__ import annotations
 
 import argparse
@@ -54,6 +54,10 @@ def main(argv=None):
     c.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo true-quality estimates")
     c.add_argument("--markdown", action="store_true", help="print the table as markdown")
     c.add_argument("--json", default=None, help="also write the figures as JSON here")
+    z = sub.add_parser("zoo-check", help="a built world against SPEC §2's qualitative picture under kl002-s1500")
+    z.add_argument("world")
+    z.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo true-quality estimates")
+    z.add_argument("--json", default=None, help="also write the figures and verdicts as JSON here")
     g = sub.add_parser("grade", help="judge a certification output against the oracle")
     g.add_argument("--world", required=True)
     g.add_argument("--submission", required=True)
@@ -70,6 +74,9 @@ def main(argv=None):
         if a.workers:
             cfg.workers = a.workers
         build(a.out, cfg, quiet=a.quiet)
+    elif a.cmd == "zoo-check":
+        from .zoo_check import main as zoo_check
+        sys.exit(zoo_check(a.world, a.seed, a.json))
     elif a.cmd == "calibrate":
         from .calibrate import main as cal
         sys.exit(cal(a.world, a.seed, a.markdown, a.json))
