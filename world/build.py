@@ -1,4 +1,4 @@
-"""python -m world build --out DIR --seed N [--preset canonical|tiny]: the task dir and its oracle."""
+"""python -m world build --out DIR --seed N [--preset canonical|tiny] [--variant NAME]: a task dir and its oracle."""
 from __future__ import annotations
 
 import dataclasses

@@ -139,7 +139,8 @@ def quality_changes(q: dict) -> dict:
     """Per shipped run in q (true_quality results keyed by run, plus "reference"): its per-family true-quality
     change against the reference."""
     ref = q["reference"]["per_family"]
-    return {run: {f: q[run]["per_family"][f] - ref[f] for f in FAMILIES} for run in q if run not in ("reference", "hybrid")}
+    return {run: {f: q[run]["per_family"][f] - ref[f] for f in FAMILIES}
+            for run in q if run not in ("reference", "hybrid")}
 
 
 def rows(fig) -> list[tuple]:
