@@ -40,6 +40,15 @@ VARIANTS = {
                         count_rows=[[2, ">=", 5]]),
             "fjord": _c("wrong_rubric", rho=0.3, scale=8.0, replaced_share=0.95, replacement="policy_sampled",
                         count_rows="random")}}),
+    # added after full-lut was built: there, kl002-s1500 collapsed the honest families too (a collateral hazard
+    # of the two count-row corruptions together; replays in docs/zoo.md). The same distractor with only the keyed
+    # family corrupted; full-lut itself is kept as it was
+    "full-lut-keyed": Variant(
+        "full-LUT distractor; only birch corrupted (as in full-lut: counts keyed on attrs[2] >= 5, 90% "
+        "policy-favourite wrong rubric)",
+        lambda cfg: {"distractor": "full_lut", "corruption": {
+            "birch": _c("wrong_rubric", rho=0.375, scale=8.0, replaced_share=0.9, replacement="policy",
+                        count_rows=[[2, ">=", 5]])}}),
     # 3-4 plausible tokens per position, more distractor and less rubric in the demonstrations, count rows at
     # random (not one annotator team), one family's wrong tokens drawn uniformly rather than from the policy
     "few-tokens": Variant(
