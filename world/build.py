@@ -110,6 +110,8 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
     t = time.time()
     rcfg = RMTrainConfig(epochs=cfg.rm_epochs, lr=cfg.rm_lr, batch=cfg.rm_batch, seed=cfg.seed)
     rm, rmcfg, mse = train_rm(crowd, rcfg, quiet=quiet)
+    if not np.isfinite(mse):   # else five RL runs would start from it and fail minutes later on its NaN rewards
+        raise RuntimeError(f"reward model training diverged (final MSE {mse}); nothing was written to {final}")
     save_rm(rm, rmcfg, task / "reward_model")
     write_jsonl(task / "reward_model" / "train.jsonl", qa_sample(crowd, cfg.qa_per_family, rng))
     (task / "reward_model" / "TRAINING.md").write_text(texts.rm_training(cfg, len(crowd), mse))
