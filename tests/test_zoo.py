@@ -224,3 +224,21 @@ def test_picture_mild_is_reported_not_asserted_and_clean_means_every_family_rise
     # "strong" is a property of the corruption, fixed before the run: 80% replaced is strong, 79% is mild
     assert _verdicts(0.28, base, {"dune": {**STRONG, "replaced_share": 0.8}})["dune"] is False
     assert _verdicts(0.28, base, {"dune": {**STRONG, "replaced_share": 0.79}})["dune"] is None
+
+
+def test_build_stops_on_a_diverged_reward_model(tmp_path, monkeypatch):
+    """A reward model whose training ended in NaN stops the build before the RL runs, with nothing at --out."""
+    import world.build as B
+
+    real_train_rm = B.train_rm
+
+    def diverged(rows, cfg, quiet=True):
+        rm, mcfg, _ = real_train_rm(rows[:10], dataclasses.replace(cfg, epochs=1), quiet=True)
+        return rm, mcfg, float("nan")
+
+    monkeypatch.setattr(B, "train_rm", diverged)
+    cfg = dataclasses.replace(zoo_config("tiny", 0), demos_per_family=20, sft_epochs=1, crowd_per_family=20,
+                              qa_per_family=5)
+    with pytest.raises(RuntimeError, match="reward model training diverged"):
+        B.build(tmp_path / "w", cfg, quiet=True)
+    assert not (tmp_path / "w").exists()
