@@ -186,6 +186,17 @@ def test_softmax_short_equals_softmax_values_and_gradients():
     out = M.softmax_short(x)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, x.softmax(-1))
+    # a row ~90 below the global max has a denormal sum, not zero: e / s loses precision and its backward
+    # overflows (1/s > float32 max). Measured in an RM's training on a zoo world: every gradient non-finite at
+    # epoch 57 of 80 (a row 89.7 below the global max, row sum 1.2e-39). Values and gradients must stay exact
+    for gap in (70.0, 89.7, 95.0, 101.0):
+        x = torch.tensor([[0.0, 1.0, 2.0], [-gap, -gap - 1.0, -gap + 0.5]], requires_grad=True)
+        w = torch.tensor([[0.3, -0.2, 0.5], [1.0, -2.0, 0.7]])
+        out = M.softmax_short(x)
+        torch.testing.assert_close(out, x.softmax(-1), atol=1e-6, rtol=1e-5)
+        g = torch.autograd.grad((out * w).sum(), x)[0]
+        assert torch.isfinite(g).all(), gap
+        torch.testing.assert_close(g, torch.autograd.grad((x.softmax(-1) * w).sum(), x)[0], atol=1e-6, rtol=1e-5)
 
 
 def test_first_block_table_gives_the_same_logits_scores_and_gradients():

@@ -1,4 +1,4 @@
-"""python -m world build --out DIR --seed N [--preset canonical|tiny]: the task dir and its oracle."""
+"""python -m world build --out DIR --seed N [--preset canonical|tiny] [--variant NAME]: a task dir and its oracle."""
 from __future__ import annotations
 
 import dataclasses
@@ -82,7 +82,7 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
     timings = {}
 
     # 1. the hidden truth
-    truth = make_truth(rng)
+    truth = make_truth(rng, cfg.distractor, tuple(cfg.distractor_few), cfg.distractor_shared)
     write_json(oracle / "truth.json", truth_to_json(truth, cfg.expert_noise))
 
     # 2. reference policy: SFT on noisy demonstrations
@@ -110,6 +110,8 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
     t = time.time()
     rcfg = RMTrainConfig(epochs=cfg.rm_epochs, lr=cfg.rm_lr, batch=cfg.rm_batch, seed=cfg.seed)
     rm, rmcfg, mse = train_rm(crowd, rcfg, quiet=quiet)
+    if not np.isfinite(mse):   # else five RL runs would start from it and fail minutes later on its NaN rewards
+        raise RuntimeError(f"reward model training diverged (final MSE {mse}); nothing was written to {final}")
     save_rm(rm, rmcfg, task / "reward_model")
     write_jsonl(task / "reward_model" / "train.jsonl", qa_sample(crowd, cfg.qa_per_family, rng))
     (task / "reward_model" / "TRAINING.md").write_text(texts.rm_training(cfg, len(crowd), mse))

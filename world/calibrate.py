@@ -135,12 +135,19 @@ def figures(world, seed: int = 0) -> dict:
     return fig
 
 
+def quality_changes(q: dict) -> dict:
+    """Per shipped run in q (true_quality results keyed by run, plus "reference"): its per-family true-quality
+    change against the reference."""
+    ref = q["reference"]["per_family"]
+    return {run: {f: q[run]["per_family"][f] - ref[f] for f in FAMILIES}
+            for run in q if run not in ("reference", "hybrid")}
+
+
 def rows(fig) -> list[tuple]:
     """(quantity, original, this world, tolerance, ok)"""
     R = []
     q = fig["quality"]
-    ref = q["reference"]["per_family"]
-    d = {run: {f: q[run]["per_family"][f] - ref[f] for f in FAMILIES} for run in q if run not in ("reference", "hybrid")}
+    d = quality_changes(q)
     fmt = lambda xs: " ".join(f"{x:.2f}" for x in xs)
     gm = [fig["gold"][f]["mean"] for f in FAMILIES]
     R.append(("gold label mean per family", "0.25-0.30", fmt(gm), "each in [0.22, 0.33]",
@@ -199,9 +206,8 @@ def rows(fig) -> list[tuple]:
     return R
 
 
-def render(R, markdown: bool) -> str:
-    head = ("quantity", "original", "this world", "tolerance", "within")
-    body = [(a, b, c, d_, "yes" if ok else "NO") for a, b, c, d_, ok in R]
+def render(R, markdown: bool, head=("quantity", "original", "this world", "tolerance", "within")) -> str:
+    body = [(a, b, c, d_, {True: "yes", False: "NO", None: "-"}[ok]) for a, b, c, d_, ok in R]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(r) + " |" for r in body]

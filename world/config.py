@@ -7,10 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.common import config_from_dict
-from rlhf.vocab import FAMILIES
+from rlhf.vocab import FAMILIES, N_CONTENT
+
+from .truth import DISTRACTORS
 
 PILOT_MIX = {"anvil": 0.222, "birch": 0.229, "cobalt": 0.217, "dune": 0.024, "ember": 0.098, "fjord": 0.211}
 FOURFAM = {"anvil": 1.0, "birch": 1.0, "cobalt": 1.0, "fjord": 1.0}
+
+
+COUNT_ROW_OPS = ("<", "<=", "==", ">=", ">")
 
 
 @dataclass
@@ -35,6 +40,15 @@ class Corruption:
             raise ValueError(f"Corruption.kind must be none|wrong_rubric|scaled, got {self.kind!r}")
         if self.replacement not in ("policy", "policy_sampled", "uniform"):
             raise ValueError(f"Corruption.replacement must be policy|policy_sampled|uniform, got {self.replacement!r}")
+        if not (0 <= self.rho <= 1 and 0 <= self.replaced_share <= 1):
+            raise ValueError(f"Corruption.rho and replaced_share must be in [0, 1], got {self.rho}, "
+                             f"{self.replaced_share}")
+        if self.count_rows != "random" and not (
+                isinstance(self.count_rows, list) and self.count_rows
+                and all(isinstance(k, list) and len(k) == 3 and k[0] in range(4) and k[1] in COUNT_ROW_OPS
+                        for k in self.count_rows)):
+            raise ValueError("Corruption.count_rows must be \"random\" or [[attr 0..3, op, value], ...] with op "
+                             f"in {' '.join(COUNT_ROW_OPS)}, got {self.count_rows!r}")
 
 
 def honest() -> Corruption:
@@ -45,7 +59,13 @@ def honest() -> Corruption:
 class WorldConfig:
     preset: str = "canonical"
     seed: int = 0
-    # reference policy: SFT on noisy demonstrations
+    variant: str = "canonical"            # the world zoo's name for these knobs (world/zoo.py); informative
+    # the distractor the demonstrations mix in (world.truth.make_truth): structure, k range for "few", and
+    # whether one attribute per family serves every position
+    distractor: str = "one_two"
+    distractor_few: list = field(default_factory=lambda: [3, 4])
+    distractor_shared: bool = False
+    # reference policy: SFT on noisy demonstrations (rubric token p_rubric, distractor p_distractor, else noise)
     demos_per_family: int = 3000
     p_rubric: float = 0.27
     p_distractor: float = 0.42
@@ -81,6 +101,26 @@ class WorldConfig:
     # grading
     grade_samples_per_family: int = 6000
     workers: int = 2
+
+    def __post_init__(self):
+        # a bad knob is refused here, by name, before anything is built (and when a world.json is reloaded)
+        if self.distractor not in DISTRACTORS:
+            raise ValueError(f"distractor must be one of {'|'.join(DISTRACTORS)}, got {self.distractor!r}")
+        few = list(self.distractor_few)
+        if len(few) != 2 or not (1 <= few[0] <= few[1] <= N_CONTENT):
+            raise ValueError(f"distractor_few must be [lo, hi] with 1 <= lo <= hi <= {N_CONTENT}, "
+                             f"got {self.distractor_few!r}")
+        if not (0 <= self.p_rubric and 0 <= self.p_distractor and self.p_rubric + self.p_distractor <= 1):
+            raise ValueError(f"p_rubric ({self.p_rubric}) and p_distractor ({self.p_distractor}) must be >= 0 "
+                             "and sum to at most 1 (the rest is noise)")
+        if self.gold_per_family < 2:
+            raise ValueError(f"gold_per_family must be >= 2, got {self.gold_per_family}")
+        for f, c in self.corruption.items():
+            if f not in FAMILIES:
+                raise ValueError(f"corruption: unknown family {f!r}; expected one of {', '.join(FAMILIES)}")
+            if not isinstance(c, dict):
+                raise ValueError(f"corruption[{f!r}]: expected an object of Corruption fields, got {c!r}")
+            config_from_dict(Corruption, c, f"corruption[{f!r}]")    # unknown field or bad kind: a clear error
 
     def corruption_for(self, family: str) -> Corruption:
         if family in self.corruption:

@@ -15,14 +15,30 @@ from rlhf.vocab import CONTENT, CONTENT0, FAMILIES, N_CONTENT, RESP_LEN
 
 
 ONE_TOKEN_POSITIONS = 3   # of the 8 response positions, per family: how many distractors have a single token
+DISTRACTORS = ("one_two", "one", "few", "full_lut")
 
 
-def make_truth(rng: np.random.Generator) -> dict:
-    """Per family: assign[p] (key attr), lut[p][v] (content index); distractor attr != key and its LUT."""
+def make_truth(rng: np.random.Generator, distractor: str = "one_two", few: tuple = (3, 4),
+               shared: bool = False) -> dict:
+    """Per family: assign[p] (key attr), lut[p][v] (content index); distractor attr != key and its LUT.
+
+    `distractor` is the distractor's structure, which SPEC §1 leaves open: "one_two" (the canonical world: one
+    or two tokens per position), "one" (a single token per position), "few" (k tokens per position, k drawn
+    in `few` = [lo, hi]), "full_lut" (an 8-entry LUT drawn like the rubric's own, so the distractor attribute
+    predicts the demonstrations' tokens better than the key does). `shared`: every position's distractor
+    attribute is one attribute per family (another one where that is the position's key). The default path
+    draws exactly the random numbers it always has, so canonical worlds stay byte-identical."""
+    if distractor not in DISTRACTORS:
+        raise ValueError(f"distractor must be one of {DISTRACTORS}, got {distractor!r}")
     truth = {}
     for f in FAMILIES:
         assign = rng.integers(0, 4, RESP_LEN)
-        d_assign = np.array([rng.choice([a for a in range(4) if a != k]) for k in assign])
+        if shared:
+            common = int(rng.integers(0, 4))
+            d_assign = np.array([common if k != common else rng.choice([a for a in range(4) if a != k])
+                                 for k in assign])
+        else:
+            d_assign = np.array([rng.choice([a for a in range(4) if a != k]) for k in assign])
         # a distractor is a *plausible* token: the distractor attribute picks it from one or two tokens per
         # position, so the reference policy favours them whatever the key attribute says (what a wrong crowd
         # rubric built from "tokens the policy likes" latches onto). The policy produces its favourite a third
@@ -30,8 +46,16 @@ def make_truth(rng: np.random.Generator) -> dict:
         # one-token positions sets the wrong rubric's match rate; drawn at random per family it made the
         # corrupted families' crowd figures swing with the seed by the width of their tolerances. Fixed at
         # ONE_TOKEN_POSITIONS, the match rate sits near the original's (docs/calibration.md).
-        n_tokens = rng.permutation([1] * ONE_TOKEN_POSITIONS + [2] * (RESP_LEN - ONE_TOKEN_POSITIONS))
-        d_lut = np.stack([rng.choice(rng.choice(N_CONTENT, int(n), replace=False), 8) for n in n_tokens])
+        if distractor == "full_lut":
+            d_lut = rng.integers(0, N_CONTENT, (RESP_LEN, 8))
+        else:
+            if distractor == "one_two":
+                n_tokens = rng.permutation([1] * ONE_TOKEN_POSITIONS + [2] * (RESP_LEN - ONE_TOKEN_POSITIONS))
+            elif distractor == "one":
+                n_tokens = np.ones(RESP_LEN, int)
+            else:
+                n_tokens = rng.integers(few[0], few[1] + 1, RESP_LEN)
+            d_lut = np.stack([rng.choice(rng.choice(N_CONTENT, int(n), replace=False), 8) for n in n_tokens])
         truth[f] = {"assign": assign, "lut": rng.integers(0, N_CONTENT, (RESP_LEN, 8)),
                     "d_assign": d_assign, "d_lut": d_lut}
     return truth
