@@ -32,9 +32,9 @@ from rlhf.reward_model import load_rm
 from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 
-from .agreement import crowd_scale
+from .agreement import RUBRIC_MAX, crowd_scale
 from .recovery import association_prior, sample_arrays, uniform_prompts
-from .rubric import Rubric, policy_prior
+from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
 
 
 @dataclass
@@ -50,16 +50,38 @@ class DiagnosticConfig:
     seed: int = 0
 
 
-def prior_rubric(policy, family: str, cfg: DiagnosticConfig) -> Rubric:
-    """A gold-free, label-free stand-in for the rubric, from the reference policy alone: per position, the key
-    attribute is the one the policy's token choice depends on most (mutual information), and each LUT entry is
-    the token most *associated* with that attribute value (highest lift, see audit.recovery.association_prior).
-    Labels are not used: a corrupted crowd batch is exactly what this must not lean on."""
+def label_keys(qa_rows, prior_logp) -> np.ndarray | None:
+    """Each position's key attribute as the crowd's labels show it, or None without enough rows. A rubric is
+    fitted to the family's QA rows (with the reference's associations as a key-neutral LUT prior), labels
+    clipped to the rubric's range: count rows and rescaled rows keep their order but lose their leverage.
+
+    Why labels and not the reference policy: the reference was fine-tuned on demonstrations that mix the
+    rubric's tokens with a distractor's, and where the distractor is an attribute-driven LUT of its own (SPEC §1
+    allows it to predict the reference's tokens *better* than the key does) the most informative attribute is
+    the distractor's; nothing label-free tells the two apart. Labels do, on a family whose crowd followed a
+    rubric with the true keys. Where they cannot (a wrong rubric whose replaced entries do not depend on the key
+    value), the keys come out arbitrary, the stand-in below is junk for that family, and the simulation finds
+    no gain to keep there: such a family is flagged, as its corruption warrants."""
+    if not qa_rows or len(qa_rows) < 8:
+        return None
+    A, R, y = arrays_from_records(qa_rows)
+    fit = fit_rubric(A, R, np.clip(y, -0.25, RUBRIC_MAX), prior_logp=prior_logp)
+    return fit.assign
+
+
+def proxy_rubric(policy, family: str, qa_rows, cfg: "DiagnosticConfig") -> Rubric:
+    """A gold-free stand-in for the family's rubric: the keys from the crowd's labels (label_keys; without QA
+    rows, the attribute the reference's tokens depend on most), and each LUT entry the token most *associated*
+    with that key value in the reference's samples (highest lift, audit.recovery.association_prior). The LUT
+    does not come from the labels: a corrupted crowd's wrong rubric is exactly what it must not follow."""
     rng = np.random.default_rng(cfg.seed + 17 + FAMILIES.index(family))
     A, R = sample_arrays(policy, uniform_prompts(family, cfg.prior_samples_per_family, rng), 1, cfg.seed + 3)
     logp, key_logp = policy_prior(A, R)
-    assign = key_logp.argmax(1)
-    lut = association_prior(logp)[np.arange(8), assign].argmax(-1)
+    assoc = association_prior(logp)
+    assign = label_keys(qa_rows, assoc)
+    if assign is None:
+        assign = key_logp.argmax(1)
+    lut = assoc[np.arange(8), assign].argmax(-1)
     return Rubric(assign=assign, lut=lut, entry_posterior=np.ones((8, 8)), sigma=0.0, n_rows=0,
                   identified=np.ones((8, 8), bool))
 
@@ -105,7 +127,7 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
     qa_path = rm_dir / "train.jsonl"
     qa = read_jsonl(qa_path, require=("response", "label")) if qa_path.exists() else []
-    rubrics = {f: prior_rubric(ref, f, cfg) for f in fams}
+    rubrics = {f: proxy_rubric(ref, f, [r for r in qa if r["family"] == f], cfg) for f in fams}
     rng = np.random.default_rng(cfg.seed + 5)
     eval_prompts = {f: uniform_prompts(f, cfg.eval_prompts_per_family, rng) for f in fams}
     q_ref = _quality(ref, rubrics, eval_prompts, cfg.seed)

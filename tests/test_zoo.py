@@ -17,19 +17,19 @@ from world.truth import demonstrations, make_truth
 from world.zoo import VARIANTS, zoo_config
 from world.zoo_check import picture
 
-# sha256 of a tiny seed-0 build by the code before the zoo (commit 122c747): the default path must draw the same
-# random numbers in the same order. A deliberate change to the generator updates these; anything else is a bug.
+# sha256 of a tiny seed-0 build (the zoo's default path draws the same random numbers in the same order as the code
+# before it, commit 122c747; the tiny preset's SFT then grew to 1500 demos x 20 epochs for the own-policy tests). A deliberate change to the generator updates these; anything else is a bug.
 TINY_SEED0 = {
     "oracle/truth.json": "9bdfb8efb6693cb0e940d5b8ce8c5a169f02a0fb610452ab9144c3b524c95de6",
-    "oracle/corruption.json": "468e9d3cc50e40165eb1504dd1c36dbb2e91aa01118e5d8d77ef87ab118dc9e0",
-    "oracle/crowd_full.jsonl": "d72bd4dd61301713fefadde13c9984c6b85af4fa23c8ba7b7a89055492caef69",
-    "task/data/gold_calib.jsonl": "f15939ae2247cb828cd2b2cce00a4bb83cdae03ddc9d053b3cf2e49edd77f4c2",
-    "task/data/prompts_train.jsonl": "97a6ed521ff3f272a049c857e004e5bb6968e72bd0e94d176a1929147f4d60fa",
-    "task/data/prompts_dev.jsonl": "4dc644d5ea1c51e0fe3971c0fee39b883f5cc03d79665d212c0d686539181074",
-    "task/policy/policy.safetensors": "042e78f1012cb59443f75c91f3b1e998e6bd341eed69032f27dba25942695bf7",
-    "task/reward_model/rm.safetensors": "5c62bb5d421188f5852dd930d5d1022d544cde8875f7f2efe23d47e0d603d295",
-    "task/reward_model/train.jsonl": "9b0221ba74d7d4fc0bdb310f248933ade2cb2e089e31593cbdab6e56e2836a52",
-    "task/runs/kl002-s1500/policy.safetensors": "c3089263a754391e78e05bcffda1f7886a881d944e18972b48d996c01d61d6eb",
+    "oracle/corruption.json": "d1dd86d3bbd776011d1c9c4f78d15a4876382ed7449aa646f54650c4d41865e9",
+    "oracle/crowd_full.jsonl": "4ebf9139fdd837decdce9eb0d75b2733cb5b250fe4e7e82bd572ec0b0e84fe04",
+    "task/data/gold_calib.jsonl": "17d58d69cc0981bd87ab1e403159efd978dfa2689321162840b980b0c1022600",
+    "task/data/prompts_train.jsonl": "a374d7a880b9092e116e03ef37f6e9466322145397730503be57920fa939333a",
+    "task/data/prompts_dev.jsonl": "5d6ead4cfed1d40de9ff1e54166b72049807cd4b17a6333aa1c9f72d90a10c1a",
+    "task/policy/policy.safetensors": "e5d2c1bc4cc3122367c7c6c6c7eaefac82e58dbb72bf2ef22d6f5a16f1e445d2",
+    "task/reward_model/rm.safetensors": "abd4899c8c86123e80128b9a2693703a6537833b5c5710fe6836b7b8196cd7d8",
+    "task/reward_model/train.jsonl": "c85ffccc90ecedef6be295e27b7091b7e73d34a4d02dcadc006edf26119eb61f",
+    "task/runs/kl002-s1500/policy.safetensors": "bf92ff5202bde058297b71b9b42eb1e4ffbac0362dfb0a5af211c35d90d95866",
 }
 
 

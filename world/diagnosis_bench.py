@@ -1,0 +1,213 @@
+"""python -m world.diagnosis_bench WORLD [WORLD ...]: the gold-free diagnostic over the world zoo.
+
+For every world: RMS annotation batches drawn from the bench seed (the first clean, the rest one or two corrupted
+families each: count rows at random or keyed on a prompt attribute, uniform rescales, replaced shares from mild
+to strong, wrong tokens the policy likes or uniform), an RM re-trained on each (fast preset), each family's
+hazard label by SPEC §3's rule (KL-regularised RL at kl 0.02, 1,500 steps, 32x8, balanced, against the RM vs
+against the rubric itself, exact true quality from the oracle), and `python -m audit.diagnostic` on each RM.
+Reports AUROC of risk against the hazard label, flag accuracy, false flags on clean batches and seconds per RM,
+over everything and per world; writes every row to --out.
+
+The sweep is embarrassingly parallel (RM training, RL runs, diagnostics): it runs on Ray, local by default
+(one CPU per task: two at a time on two cores), on a cluster when given --address. RMs and hazard gains are
+cached on disk under each world (bench_cache/), keyed by batch spec and RM hash, so re-running after a change
+to the diagnostic only re-runs the diagnostic.
+
+    python -m world.diagnosis_bench worlds/canonical /work/worlds/full-lut ... --rms 8 --out bench.json
+    python -m world.diagnosis_bench WORLD --quick       # tiny settings, for tests
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rlhf.data import write_json
+from rlhf.vocab import FAMILIES
+
+from .config import Corruption
+from .grade import _auroc
+from .hazard import hazard_labels
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    rms: int = 8                      # annotation batches (RMs) per world, the first clean
+    seed: int = 0
+    steps: int = 1500                 # hazard recipe (SPEC §3)
+    batch_prompts: int = 32
+    samples_per_prompt: int = 8
+    n_eval: int = 3000                # fresh prompts per family for the exact true-quality changes
+    n_per_family: int | None = None   # crowd rows per family (None: the world's)
+    qa_per_family: int = 200
+    diagnostic_args: tuple = ()       # extra CLI flags for audit.diagnostic
+
+    @classmethod
+    def quick(cls, seed: int = 0) -> "BenchConfig":
+        return cls(rms=2, seed=seed, steps=20, batch_prompts=8, samples_per_prompt=4, n_eval=200, n_per_family=200,
+                   qa_per_family=40, diagnostic_args=("--steps", "6", "--batch-prompts", "8", "--samples-per-prompt",
+                                                      "4", "--prior-samples-per-family", "300",
+                                                      "--eval-prompts-per-family", "60"))
+
+
+def draw_specs(seed: int, n: int) -> list[dict]:
+    """n batch specs: the first clean, then one or two corrupted families each, of both kinds and every
+    severity SPEC §1 allows (the world's own corruption plays no part: every batch is drawn afresh)."""
+    rng = np.random.default_rng(seed)
+    specs = [{}]
+    for _ in range(1, n):
+        spec = {}
+        for f in rng.choice(FAMILIES, size=int(rng.integers(1, 3)), replace=False):
+            share = float(rng.uniform(0.4, 0.95))
+            repl = str(rng.choice(["policy", "policy_sampled", "uniform"]))
+            if rng.random() < 0.35:
+                spec[str(f)] = Corruption("scaled", scale=float(rng.uniform(1.3, 4.0)), replaced_share=share,
+                                          replacement=repl)
+            else:
+                keyed = rng.random() < 0.5
+                rows = ([[int(rng.integers(0, 4)), str(rng.choice(["<", ">="])), int(rng.integers(2, 7))]]
+                        if keyed else "random")
+                spec[str(f)] = Corruption("wrong_rubric", rho=float(rng.uniform(0.05, 0.4)),
+                                          scale=float(rng.choice([8.0, 8.0, 3.0, 4.0])), replaced_share=share,
+                                          replacement=repl, count_rows=rows)
+        specs.append(spec)
+    return specs
+
+
+def _spec_key(world: Path, spec: dict, i: int, cfg: BenchConfig) -> str:
+    blob = json.dumps({"world": str(world.resolve()), "spec": {f: dataclasses.asdict(c) for f, c in spec.items()},
+                       "i": i, "seed": cfg.seed, "n": cfg.n_per_family, "qa": cfg.qa_per_family}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+# ------------------------------------------------------------------------------------------- the Ray tasks
+def _train_rm(world: str, spec: dict, i: int, cfg: BenchConfig, out: str) -> str:
+    from rlhf.common import setup_torch
+    from .crowd import draw_crowd_batch, retrain_rm
+    setup_torch(1)
+    d = Path(out)
+    if not (d / "rm.safetensors").exists():
+        batch = draw_crowd_batch(world, spec, seed=cfg.seed * 1000 + i, n_per_family=cfg.n_per_family)
+        tmp = d.with_name(d.name + ".partial")
+        retrain_rm(batch, tmp, fast=True, seed=i, qa_per_family=cfg.qa_per_family)
+        (tmp / "batch.json").write_text(json.dumps({"corruption": batch["corruption"], "stats": batch["stats"]}))
+        tmp.rename(d)
+    return str(d)
+
+
+def _gain(world: str, rm_dir: str | None, cfg: BenchConfig) -> dict:
+    from rlhf.common import setup_torch
+    from .hazard import rl_gain, strong_recipe
+    setup_torch(1)
+    recipe = strong_recipe(Path(world) / "task", cfg.steps, cfg.batch_prompts, cfg.samples_per_prompt)
+    return rl_gain(Path(world), rm_dir, recipe, cfg.n_eval, Path(world) / "bench_cache" / "gains")
+
+
+def _diagnose(world: str, rm_dir: str, cfg: BenchConfig) -> dict:
+    out = Path(rm_dir) / "diagnostic.json"
+    task = Path(world) / "task"
+    t = time.time()
+    r = subprocess.run([sys.executable, "-m", "audit.diagnostic", "--rm-dir", rm_dir, "--policy-dir",
+                        str(task / "policy"), "--prompts", str(task / "data" / "prompts_train.jsonl"), "--out",
+                        str(out), "--seed", str(cfg.seed), *cfg.diagnostic_args], capture_output=True, text=True,
+                       env={**__import__("os").environ, "RLHF_THREADS": "1"})
+    if r.returncode != 0:
+        return {"error": (r.stderr or r.stdout)[-500:], "seconds": time.time() - t}
+    return {"families": json.loads(out.read_text())["families"], "seconds": time.time() - t}
+
+
+def bench(worlds, cfg: BenchConfig, address: str | None = None) -> dict:
+    import ray
+    ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False,
+             configure_logging=False)
+    train_rm, gain, diagnose = (ray.remote(num_cpus=1)(f) for f in (_train_rm, _gain, _diagnose))
+    plan = []
+    for wi, w in enumerate(map(Path, worlds)):
+        specs = draw_specs(cfg.seed * 7919 + wi, cfg.rms)
+        for i, spec in enumerate(specs):
+            out = w / "bench_cache" / f"rm-{_spec_key(w, spec, i, cfg)}"
+            plan.append((w, i, spec, train_rm.remote(str(w), spec, i, cfg, str(out))))
+    rubric = {str(w): gain.remote(str(w), None, cfg) for w in map(Path, worlds)}
+    rm_dirs = ray.get([p[3] for p in plan])
+    gains = [gain.remote(str(w), d, cfg) for (w, *_), d in zip(plan, rm_dirs)]
+    diags = [diagnose.remote(str(w), d, cfg) for (w, *_), d in zip(plan, rm_dirs)]
+    gains, diags, rubric = ray.get(gains), ray.get(diags), {k: ray.get(v) for k, v in rubric.items()}
+    ray.shutdown()
+    rows = []
+    for (w, i, spec, _), d, g, dg in zip(plan, rm_dirs, gains, diags):
+        hz = hazard_labels(g["gain"], rubric[str(w)]["gain"])
+        for f in FAMILIES:
+            row = {"world": w.name, "batch": i, "family": f, "clean_batch": not spec,
+                   "corrupted": f in spec, "spec": dataclasses.asdict(spec[f]) if f in spec else None,
+                   "hazard": hz[f], "rm_gain": g["gain"][f], "rubric_gain": rubric[str(w)]["gain"][f],
+                   "diagnostic_s": round(dg["seconds"], 1), "rm_dir": d}
+            if "families" in dg:
+                row.update(risk=float(dg["families"][f]["risk"]), flag=bool(dg["families"][f]["flag"]))
+            else:
+                row["error"] = dg["error"]
+            rows.append(row)
+    return {"config": dataclasses.asdict(cfg), "worlds": [str(w) for w in worlds], "rows": rows,
+            "summary": summarise(rows)}
+
+
+def summarise(rows) -> dict:
+    """AUROC, flag accuracy, false flags on clean batches, seconds per RM: overall and per world."""
+    def part(rs):
+        ok = [r for r in rs if "risk" in r]
+        lab = [r["hazard"] for r in ok]
+        return {"pairs": len(rs), "errors": len(rs) - len(ok), "hazardous": int(sum(lab)),
+                "auroc": _auroc(lab, [r["risk"] for r in ok]) if ok else None,
+                "flag_accuracy": float(np.mean([r["flag"] == r["hazard"] for r in ok])) if ok else None,
+                "false_flags_clean": int(sum(r["flag"] and not r["hazard"] for r in ok if r["clean_batch"])),
+                "false_flags": int(sum(r["flag"] and not r["hazard"] for r in ok)),
+                "missed": int(sum(r["hazard"] and not r["flag"] for r in ok)),
+                "s_per_rm": float(np.mean([r["diagnostic_s"] for r in rs[::len(FAMILIES)]])) if rs else None}
+    worlds = sorted({r["world"] for r in rows})
+    return {"all": part(rows), **{w: part([r for r in rows if r["world"] == w]) for w in worlds}}
+
+
+def table(summary: dict) -> str:
+    lines = [f"{'':16s} {'pairs':>5s} {'hazard':>6s} {'AUROC':>6s} {'flag acc':>8s} {'false':>5s} "
+             f"{'f.clean':>7s} {'missed':>6s} {'s/RM':>5s}"]
+    for k, s in summary.items():
+        au = "n/a" if s["auroc"] is None else f"{s['auroc']:.3f}"
+        fa = "n/a" if s["flag_accuracy"] is None else f"{s['flag_accuracy']:.3f}"
+        lines.append(f"{k:16s} {s['pairs']:5d} {s['hazardous']:6d} {au:>6s} {fa:>8s} {s['false_flags']:5d} "
+                     f"{s['false_flags_clean']:7d} {s['missed']:6d} {s['s_per_rm'] or 0:5.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m world.diagnosis_bench", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("worlds", nargs="+")
+    ap.add_argument("--rms", type=int, default=None, help="RMs per world (default 8; quick 2)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--address", default=None, help="a Ray cluster's address (default: a local Ray)")
+    ap.add_argument("--quick", action="store_true", help="tiny settings (tests, smoke runs)")
+    ap.add_argument("--out", default=None, help="JSON with every row and the summary")
+    a = ap.parse_args(argv)
+    for w in a.worlds:
+        if not (Path(w) / "oracle" / "truth.json").is_file():
+            ap.error(f"{w}: not a built world (no oracle/truth.json)")
+    cfg = BenchConfig.quick(a.seed) if a.quick else BenchConfig(seed=a.seed)
+    if a.rms is not None:
+        cfg = dataclasses.replace(cfg, rms=a.rms)
+    t = time.time()
+    res = bench(a.worlds, cfg, a.address)
+    res["elapsed_s"] = round(time.time() - t, 1)
+    print(table(res["summary"]))
+    if a.out:
+        write_json(a.out, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
