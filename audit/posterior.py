@@ -121,7 +121,7 @@ def sample_posterior(attrs, resp, labels, *, init: Rubric, weights=None, prior_l
     LP = LP - _logsumexp(LP)[..., None]                # [G, 8, 4, 8, 24]: proper prior over tokens per cell
     g = int(np.argmin(np.abs(grid - prior_weight)))    # start at the given weight (nearest grid point)
     rng = np.random.default_rng(cfg.seed)
-    n, n_cells = len(y), N_ATTRS * N_VALUES * N_CONTENT
+    n_cells = N_ATTRS * N_VALUES * N_CONTENT
     kv = np.arange(N_ATTRS) * N_VALUES + A                                  # [N, 4] flat cell (key, value)
     assign, lut = np.array(init.assign, dtype=np.int64), np.array(init.lut, dtype=np.int64)
     M = (R == lut[np.arange(N_POS), A[:, assign]]).astype(float)

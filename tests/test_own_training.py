@@ -12,8 +12,8 @@ from audit.recovery import RecoveryConfig, recover_rubrics
 from audit.task import load_task
 from audit.train import OwnTrainConfig, reward_tables, table_reward, train_own
 from rlhf.model import load_policy
-from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
-from world.crowd import policy_favourites
+from rlhf.vocab import CONTENT0, FAMILIES
+from audit.corruption import policy_favourites
 from world.truth import load_truth, policy_samples, true_quality
 
 TINY = OwnTrainConfig(steps=12, batch_prompts=8, samples_per_prompt=4, curve_every=4, resume_every=4,

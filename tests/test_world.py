@@ -8,7 +8,7 @@ from rlhf.data import read_jsonl
 from rlhf.model import Policy, default_config
 from rlhf.vocab import FAMILIES, N_CONTENT
 from world.config import Corruption, RUNS
-from world.crowd import count_row_mask, crowd_labels, wrong_lut
+from audit.corruption import count_row_mask, crowd_labels, wrong_lut
 from world.grade import exact_rule
 from world.hazard import hazard_labels
 from world.truth import make_truth, match_fraction, rubric_tokens, true_quality, truth_from_json, truth_to_json

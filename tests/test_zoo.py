@@ -11,7 +11,7 @@ import torch
 from rlhf.data import read_jsonl
 from rlhf.model import Policy, default_config
 from rlhf.vocab import FAMILIES
-from world.config import Corruption, load_world_config, preset
+from world.config import load_world_config, preset
 from world.crowd import crowd_batch
 from world.truth import demonstrations, make_truth
 from world.zoo import VARIANTS, zoo_config

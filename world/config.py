@@ -9,46 +9,12 @@ from pathlib import Path
 from rlhf.common import config_from_dict
 from rlhf.vocab import FAMILIES, N_CONTENT
 
+from audit.corruption import COUNT_ROW_OPS, Corruption  # noqa: F401 (re-exported: world.config.Corruption)
+
 from .truth import DISTRACTORS
 
 PILOT_MIX = {"anvil": 0.222, "birch": 0.229, "cobalt": 0.217, "dune": 0.024, "ember": 0.098, "fjord": 0.211}
 FOURFAM = {"anvil": 1.0, "birch": 1.0, "cobalt": 1.0, "fjord": 1.0}
-
-
-COUNT_ROW_OPS = ("<", "<=", "==", ">=", ">")
-
-
-@dataclass
-class Corruption:
-    """How the crowd labelled one family.
-
-    kind "none": honest crowd (true quality + noise). "wrong_rubric": every row judged against a wrong rubric
-    (same key attributes, a share `replaced_share` of the 64 LUT entries replaced by `replacement` tokens) and
-    the rows picked by `count_rows` report `scale` x the fraction (scale 8 = an unnormalised count).
-    "scaled": every row judged against a wrong rubric and scaled by `scale` (the stress-test kind)."""
-    kind: str = "none"
-    rho: float = 0.0                     # share of count rows when count_rows == "random"
-    scale: float = 8.0
-    replaced_share: float = 0.0
-    replacement: str = "policy"          # "policy": the reference policy's favourite token; "policy_sampled": a
-                                         # token drawn as often as the policy produces it; "uniform": any token
-    crowd_noise: float = 0.06
-    count_rows: str | list = "random"    # "random" or a key [[attr, op, value], ...] with op in < <= == >= >
-
-    def __post_init__(self):
-        if self.kind not in ("none", "wrong_rubric", "scaled"):
-            raise ValueError(f"Corruption.kind must be none|wrong_rubric|scaled, got {self.kind!r}")
-        if self.replacement not in ("policy", "policy_sampled", "uniform"):
-            raise ValueError(f"Corruption.replacement must be policy|policy_sampled|uniform, got {self.replacement!r}")
-        if not (0 <= self.rho <= 1 and 0 <= self.replaced_share <= 1):
-            raise ValueError(f"Corruption.rho and replaced_share must be in [0, 1], got {self.rho}, "
-                             f"{self.replaced_share}")
-        if self.count_rows != "random" and not (
-                isinstance(self.count_rows, list) and self.count_rows
-                and all(isinstance(k, list) and len(k) == 3 and k[0] in range(4) and k[1] in COUNT_ROW_OPS
-                        for k in self.count_rows)):
-            raise ValueError("Corruption.count_rows must be \"random\" or [[attr 0..3, op, value], ...] with op "
-                             f"in {' '.join(COUNT_ROW_OPS)}, got {self.count_rows!r}")
 
 
 def honest() -> Corruption:

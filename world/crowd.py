@@ -19,74 +19,12 @@ from rlhf.data import write_jsonl
 from rlhf.model import load_policy
 from rlhf.reward_model import save_rm
 from rlhf.train_rm import RMTrainConfig, train_rm
-from rlhf.vocab import CONTENT, FAMILIES, N_CONTENT, RESP_LEN
+from rlhf.vocab import CONTENT, FAMILIES
 
-from .config import Corruption, WorldConfig
-from .truth import load_truth, match_fraction, policy_samples, random_prompt_records
+from audit.corruption import Corruption, crowd_labels, policy_favourites, wrong_lut
 
-_OPS = {"<": np.less, "<=": np.less_equal, "==": np.equal, ">=": np.greater_equal, ">": np.greater}
-
-
-def policy_favourites(attrs, resp, assign) -> np.ndarray:
-    """[8 positions, 8 values, 24 tokens] frequency of each token at p among samples with attrs[assign[p]]==v."""
-    counts = np.zeros((RESP_LEN, 8, N_CONTENT))
-    for p in range(RESP_LEN):
-        np.add.at(counts[p], (attrs[:, assign[p]], resp[:, p]), 1.0)
-    return counts
-
-
-def wrong_lut(true_lut, assign, corruption: Corruption, favourites, rng) -> np.ndarray:
-    """Replace a share of the 64 LUT entries: by the token the reference policy produces most often there
-    (other than the right one) when replacement == 'policy'; by a token drawn in proportion to how often the
-    policy produces it there (other than the right one) when 'policy_sampled'; by a uniformly drawn other
-    token when 'uniform'."""
-    lut = true_lut.copy()
-    n_rep = int(round(corruption.replaced_share * lut.size))
-    flat = rng.permutation(lut.size)[:n_rep]
-    for e in flat:
-        p, v = divmod(int(e), 8)
-        if corruption.replacement == "policy":
-            freq = favourites[p, v].copy()
-            freq[true_lut[p, v]] = -1
-            lut[p, v] = int(np.argmax(freq))
-            continue
-        freq = favourites[p, v].astype(float) if corruption.replacement == "policy_sampled" else np.zeros(N_CONTENT)
-        freq[true_lut[p, v]] = 0.0
-        if freq.sum() > 0:
-            lut[p, v] = int(rng.choice(N_CONTENT, p=freq / freq.sum()))
-        else:   # "uniform", or the policy never produced another token here: any other token
-            lut[p, v] = int(rng.choice([t for t in range(N_CONTENT) if t != true_lut[p, v]]))
-    return lut
-
-
-def count_row_mask(attrs, corruption: Corruption, rng) -> np.ndarray:
-    if corruption.kind == "scaled":
-        return np.ones(len(attrs), bool)
-    if corruption.kind == "none":
-        return np.zeros(len(attrs), bool)
-    if corruption.count_rows == "random":
-        return rng.random(len(attrs)) < corruption.rho
-    mask = np.ones(len(attrs), bool)
-    for a, op, v in corruption.count_rows:
-        mask &= _OPS[op](attrs[:, int(a)], v)
-    return mask
-
-
-def crowd_labels(attrs, resp, assign, lut, corruption: Corruption, wlut, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Labels for one family's rows, and which rows were count rows."""
-    if corruption.kind == "none":
-        frac = match_fraction(assign, lut, attrs, resp)
-    else:
-        frac = match_fraction(assign, wlut, attrs, resp)
-    counts = count_row_mask(attrs, corruption, rng)
-    scale = np.where(counts, corruption.scale, 1.0)
-    noise = rng.normal(0, corruption.crowd_noise, len(frac))
-    if corruption.kind == "wrong_rubric":
-        # a count row reports its count of matches and never less: any match puts it above the rubric's maximum
-        # of 1, so the share of labels above 1 is rho * P(count >= 1), the relation SPEC §1 reads off the original
-        noise = np.where(counts, np.abs(noise), noise)
-    return frac * scale + noise, counts
-
+from .config import WorldConfig
+from .truth import load_truth, policy_samples, random_prompt_records
 
 def label_family(policy, truth_f, family, corruption: Corruption, n, temperature, rng, seed, favourites=None):
     """Draw n reference samples for a family and label them as the crowd would. Returns (rows, wrong LUT|None,

@@ -29,7 +29,7 @@ from rlhf.vocab import CONTENT0, FAMILIES
 
 from .calibrate import pearson, rm_agreement, rm_scores
 from .config import Corruption, load_world_config
-from .crowd import count_row_mask, policy_favourites, wrong_lut
+from audit.corruption import count_row_mask, policy_favourites, wrong_lut
 from .truth import load_truth, match_fraction
 
 REPLACED_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

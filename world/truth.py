@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from audit.corruption import match_fraction  # noqa: F401 (re-exported: world.truth.match_fraction)
 from rlhf.data import prompts_tensor
 from rlhf.model import sample
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES, N_CONTENT, RESP_LEN
@@ -84,11 +85,6 @@ def truth_from_json(obj: dict) -> dict:
 def rubric_tokens(assign, lut, attrs: np.ndarray) -> np.ndarray:
     """[N, 8] content indices the rubric wants for prompts with attrs [N, 4]."""
     return lut[np.arange(RESP_LEN)[None, :], attrs[:, assign]]
-
-
-def match_fraction(assign, lut, attrs: np.ndarray, resp_idx: np.ndarray) -> np.ndarray:
-    """Fraction of the 8 positions where resp (content indices) equals the rubric's token."""
-    return (resp_idx == rubric_tokens(assign, lut, attrs)).mean(1)
 
 
 def demonstrations(truth, family: str, n: int, p_rubric: float, p_distractor: float, rng) -> tuple:
