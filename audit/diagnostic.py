@@ -3,15 +3,16 @@
 python -m audit.diagnostic --rm-dir DIR --policy-dir DIR --prompts JSONL --out JSON [--seed 0 --steps 250]
 
 Hazard (SPEC §3) is defined by what strong RL against the RM does to true quality, relative to RL against the
-rubric itself. With no gold labels we cannot see true quality, but we can (1) estimate the rubric from the
-reference policy alone -- it was fine-tuned on demonstrations that emit the rubric's token more often than any
-single distractor, so its conditional token frequencies point at the LUT -- and (2) *simulate* the optimisation:
-a short KL-regularised RL run against the RM and the same run against that prior rubric, from the reference,
-on all families at once. Sharing the policy and the RM across families is what creates collateral hazards
-(a clean family dragged down by another family's corrupted labels); a per-family label check cannot see those,
-the simulation does. risk = 1 - (prior-rubric gain under RM optimisation) / (gain under rubric optimisation),
-and a family is flagged when that ratio is below the hazard definition's fifth (risk > 0.8) -- or when the RM
-run loses prior-rubric quality outright.
+rubric itself. With no gold labels we cannot see true quality, but we can (1) build a gold-free stand-in for each
+family's rubric (proxy_rubric: the key attributes from a rubric fitted to the RM's own QA crowd labels, clipped to
+the rubric's range; each LUT entry the token the reference policy associates most with that key value) and (2)
+*simulate* the optimisation: a short KL-regularised RL run against the RM and the same run against the stand-in,
+from the reference, on all families at once. Sharing the policy and the RM across families is what creates
+collateral hazards (a clean family dragged down by another family's corrupted labels); a per-family label check
+cannot see those, the simulation does. risk = 1 - (stand-in gain under RM optimisation) / (gain under stand-in
+optimisation), and a family is flagged when that ratio is below the hazard definition's fifth (risk > 0.8) -- or
+when the RM run loses stand-in quality outright. docs/diagnostic.md argues why each piece transfers to worlds
+from other generators and gives the measured figures.
 Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}.
 """
 from __future__ import annotations
@@ -141,7 +142,7 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
         ratio = g_rm / g_rub if g_rub > 1e-6 else 0.0
         risk = float(np.clip(1.0 - ratio, 0.0, 2.0))
         out[f] = {"risk": risk, "flag": bool(ratio < cfg.flag_ratio), "ratio": ratio,
-                  "prior_rubric_gain_rm_run": g_rm, "prior_rubric_gain_rubric_run": g_rub,
+                  "proxy_gain_rm_run": g_rm, "proxy_gain_rubric_run": g_rub,
                   "crowd_labels_above_1": scale.get(f, {}).get("crowd_labels_above_1")}
     return {"families": out, "config": dataclasses.asdict(cfg), "rm_sha256": file_sha256(rm_dir / "rm.safetensors"),
             "elapsed_s": round(time.time() - t0, 1)}
@@ -183,8 +184,8 @@ def main(argv=None):
     res = diagnose(a.rm_dir, a.policy_dir, a.prompts, cfg)
     write_json(a.out, res)
     for f, r in res["families"].items():
-        print(f"{f:7s} risk {r['risk']:.2f} flag {str(r['flag']):5s} (gain under RM {r['prior_rubric_gain_rm_run']:+.3f},"
-              f" under rubric {r['prior_rubric_gain_rubric_run']:+.3f})")
+        print(f"{f:7s} risk {r['risk']:.2f} flag {str(r['flag']):5s} (gain under RM {r['proxy_gain_rm_run']:+.3f},"
+              f" under rubric {r['proxy_gain_rubric_run']:+.3f})")
     print(f"wrote {a.out} in {res['elapsed_s']}s")
 
 

@@ -68,6 +68,7 @@ RM = "rm.agrees_with_experts"
 CROWD = "crowd.on_rubric_scale"
 DIAG = "diagnostic.flags_families"
 OWN = "own.passes_release_rule"
+STRESS = "diagnostic.flags_synthetic_corruption"
 
 
 class AnswerSchemaError(ValueError):
@@ -217,9 +218,23 @@ def _reward_model(claims: Claims) -> dict:
     return out
 
 
-def _diagnostic(claim: dict | None) -> dict:
+def _stress(claim: dict | None) -> dict | None:
+    """The synthetic-corruption claim's verdict and figures (no per-batch detail, no times: answer.json stays
+    byte-identical across runs)."""
     if claim is None:
-        return {"families": {}, "validation": None}
+        return None
+    d = claim["details"]
+    out = {k: d.get(k) for k in ("pairs", "flag_accuracy", "flag_accuracy_ci95", "auroc", "hazardous", "false_flags",
+                                 "false_flags_clean_batch", "missed", "mildest_missed", "label_claims")}
+    out["check_status"] = claim["status"]
+    if claim["status"] != "pass":
+        out["check_message"] = _oneline(claim["message"])
+    return out
+
+
+def _diagnostic(claim: dict | None, stress: dict | None = None) -> dict:
+    if claim is None:
+        return {"families": {}, "validation": None if stress is None else {"synthetic_corruption": _stress(stress)}}
     d = claim["details"]
     fams = {}
     for f, v in (d.get("families") or {}).items():
@@ -229,6 +244,8 @@ def _diagnostic(claim: dict | None) -> dict:
     validation["check_status"] = claim["status"]
     if claim["status"] != "pass":
         validation["check_message"] = _oneline(claim["message"])
+    if stress is not None:
+        validation["synthetic_corruption"] = _stress(stress)
     return {"families": fams, "validation": validation}
 
 
@@ -256,7 +273,7 @@ def build_answer(doc: dict) -> dict:
         "certification": _certification(shipped),
         "runs": {(c["param"] if c.get("param") is not None else c["id"]): _run_entry(c) for c in claims.named(RUN)},
         "reward_model": _reward_model(claims),
-        "diagnostic": _diagnostic(claims.one(DIAG)),
+        "diagnostic": _diagnostic(claims.one(DIAG), claims.one(STRESS)),
         "checks": {"passed": statuses.count("pass"), "failed": statuses.count("fail") + statuses.count("error"),
                    "evidence": "evidence.json"},
         "experiments": _experiments(claims),
@@ -447,7 +464,7 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
     return _env().get_template("summary.md.j2").render(
         a=answer, meta=doc.get("meta") or {}, claims=claims.all(), bad=bad, figures=figures,
         rule_text=rule_text, thresholds=thresholds, rm_claims=rm_details, crowd_claims=crowd_details,
-        shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG), own=claims.one(OWN),
+        shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG), own=claims.one(OWN), stress=claims.one(STRESS),
         task_fingerprint=inputs_fingerprint((doc.get("meta") or {}).get("input_hashes")),
         errors=sum(c["status"] == "error" for c in claims.all()))
 

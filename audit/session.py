@@ -23,6 +23,7 @@ from .diagnostic import DiagnosticConfig, diagnose
 from .quality import QualityConfig, QualityEstimator
 from .recovery import RecoveryConfig, recover_rubrics
 from .release import ReleaseRule
+from .stress import StressConfig, stress as run_stress
 from .task import load_task
 from .train import OwnTrainConfig, train_own
 
@@ -40,6 +41,7 @@ class AuditConfig:
     diagnostic: DiagnosticConfig = field(default_factory=DiagnosticConfig)
     release_rule: ReleaseRule = field(default_factory=ReleaseRule)
     own: OwnTrainConfig = field(default_factory=OwnTrainConfig)
+    stress: StressConfig = field(default_factory=StressConfig)
     # thresholds of the per-family claims
     rm_min_pearson_lower: float = 0.2       # RM agrees with experts: Pearson CI lower bound above this
     crowd_max_share_above_1: float = 0.01   # crowd labels on the rubric's scale: at most this share above 1
@@ -54,13 +56,17 @@ class AuditConfig:
                    diagnostic=DiagnosticConfig(steps=20, batch_prompts=8, samples_per_prompt=4,
                                                prior_samples_per_family=600, eval_prompts_per_family=100, seed=seed),
                    own=OwnTrainConfig(steps=60, batch_prompts=8, samples_per_prompt=4, curve_every=20,
-                                      curve_prompts_per_family=30, resume_every=20, seed=seed))
+                                      curve_prompts_per_family=30, resume_every=20, seed=seed),
+                   stress=StressConfig(examples=1, crowd_per_family=100, qa_per_family=40, hazard_steps=20,
+                                       hazard_batch_prompts=8, hazard_samples_per_prompt=4,
+                                       eval_prompts_per_family=60, seed=seed))
 
     def with_seed(self, seed: int) -> "AuditConfig":
         return dataclasses.replace(self, seed=seed, recovery=dataclasses.replace(self.recovery, seed=seed),
                                    quality=dataclasses.replace(self.quality, seed=seed),
                                    diagnostic=dataclasses.replace(self.diagnostic, seed=seed),
-                                   own=dataclasses.replace(self.own, seed=seed))
+                                   own=dataclasses.replace(self.own, seed=seed),
+                                   stress=dataclasses.replace(self.stress, seed=seed))
 
 
 def code_hash() -> str:
@@ -194,6 +200,12 @@ class AuditSession:
         return self._cached("diagnostic", lambda: diagnose(self.task.rm_dir, self.task.policy_dir,
                                                            self.task.root / "data" / "prompts_train.jsonl",
                                                            self.cfg.diagnostic))
+
+    def stress(self) -> dict:
+        """Batches with injected corruption, RMs re-trained on them, their hazard, and what the diagnostic and
+        the label-side claims say (audit/stress.py)."""
+        return self._cached("stress", lambda: run_stress(self.task, self.rubrics(), self.cfg.stress, self.cfg.diagnostic,
+                                                     self.cache / "stress", say=progress))
 
     def ship_checkpoint(self, out_dir) -> Path:
         """Copy the shipped policy to OUT/checkpoint. Unchanged files are left alone (a re-run rewrites nothing);

@@ -52,3 +52,34 @@ def test_diagnostic_flags_families(audit, evidence):
     wrong = [f for f in FAMILIES if flags[f] != gold_risky[f]]
     if not (not wrong):
         pytest.fail(f"diagnostic disagrees with the gold set on {wrong}", pytrace=False)
+
+
+@pytest.mark.claim("diagnostic.flags_synthetic_corruption")
+def test_diagnostic_flags_synthetic_corruption(audit, evidence):
+    """SPEC §3 question 7: on RMs re-trained on batches with injected corruption (a clean batch and batches drawn
+    by a hypothesis strategy over corruption specs, audit/stress.py), the diagnostic flags the hazardous
+    families and only those. The same batches measure how often the label-side claims fire on corrupted and on
+    clean families (their power and false-alarm rate)."""
+    from audit.stress import judge
+    res = audit.stress()
+    j = judge(res["results"], audit.cfg.rm_min_pearson_lower, audit.cfg.crowd_max_share_above_1)
+    thr = {"flag_accuracy_ge": 0.9, "false_flags_clean_batch_eq": 0}
+    evidence.record(estimate=j["flag_accuracy"], ci95=j["flag_accuracy_ci95"], seed=audit.cfg.seed,
+                    n_resamples=None, method="share of (batch, family) pairs where the diagnostic's flag equals the "
+                    "hazard label; exact binomial CI", thresholds=thr,
+                    details={**j, "batches": [{k: r[k] for k in ("spec", "severity", "hazard", "flag", "risk")}
+                                              for r in res["results"]], "config": res["config"]},
+                    inputs=["policy/", "data/gold_calib.jsonl", "data/prompts_train.jsonl"])
+    if j["hazardous"] in (0, j["pairs"]):
+        pytest.fail(f"uninformative stress batches: {j['hazardous']} of {j['pairs']} family-batches hazardous (the "
+                    "re-trained RMs are all safe or all useless to optimise, the clean batch's included), so they "
+                    "cannot show which families the diagnostic should flag", pytrace=False)
+    problems = []
+    if j["flag_accuracy"] < thr["flag_accuracy_ge"]:
+        problems.append(f"flag accuracy {j['flag_accuracy']:.2f} < {thr['flag_accuracy_ge']}")
+    if j["false_flags_clean_batch"]:
+        problems.append(f"{j['false_flags_clean_batch']} false flags on the clean batch")
+    if problems and j["mildest_missed"]:
+        problems.append(f"mildest missed corruption: {j['mildest_missed']['spec']}")
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)

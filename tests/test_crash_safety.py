@@ -97,6 +97,10 @@ def assert_no_partial_output(out: Path, baseline: Path):
             if p.name == "resume.pt":
                 torch.load(p, weights_only=False)              # complete (atomic write)
             continue
+        if re.fullmatch(r"\.cache/[^/]+/stress/.*", rel):        # the stress batches: RM dirs, per-batch results
+            if p.suffix == ".json":
+                json.loads(p.read_text())                      # complete (atomic write)
+            continue
         if rel.startswith(".cache/"):
             assert p.suffix == ".pkl", rel
             pickle.loads(p.read_bytes())                      # complete (atomic write)

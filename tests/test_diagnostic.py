@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from audit.diagnostic import DiagnosticConfig, diagnose, prior_rubric
+from audit.diagnostic import DiagnosticConfig, diagnose, proxy_rubric
 from audit.recovery import association_prior
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
@@ -52,10 +52,13 @@ def test_association_prior_prefers_the_token_that_moves_with_the_value():
     assert (np.log(p).argmax(-1) == 0).all()        # frequency would have picked the distractor
 
 
-def test_prior_rubric_is_a_valid_rubric(tiny_world):
+def test_proxy_rubric_is_a_valid_rubric_with_or_without_labels(tiny_world):
+    from rlhf.data import read_jsonl
     pol, _ = load_policy(tiny_world / "task" / "policy")
-    r = prior_rubric(pol, "anvil", DiagnosticConfig(**SMALL))
-    assert r.assign.shape == (8,) and r.lut.shape == (8, 8) and r.lut.max() < 24
+    qa = [r for r in read_jsonl(tiny_world / "task" / "reward_model" / "train.jsonl") if r["family"] == "anvil"]
+    for rows in (qa, []):
+        r = proxy_rubric(pol, "anvil", rows, DiagnosticConfig(**SMALL))
+        assert r.assign.shape == (8,) and r.lut.shape == (8, 8) and r.lut.max() < 24 and r.assign.max() < 4
 
 
 def test_gold_hazard_labels_and_the_strongest_balanced_run():

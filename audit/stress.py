@@ -1,0 +1,248 @@
+"""Stress tests the audit runs on itself, from the task's own data and no oracle (SPEC §3, question 7): annotation
+batches with injected corruption of known strength, an RM re-trained on each, and what the label-side claims and
+the gold-free diagnostic say about them.
+
+The recovered rubric (posterior mode, audit/posterior.py) stands in for the truth: a batch is the reference
+policy's samples (temperature 1.2, as the vendor's) on fresh prompts, labelled by a crowd that works from that
+rubric -- honestly, or per an audit.corruption.Corruption spec (wrong rubric, count rows, rescaling). An RM is
+re-trained on the batch (fast preset) and shipped with a 200-row QA sample, like the task's. A family is
+hazardous for that RM when a KL-regularised RL run against it raises the family's quality (scored by the
+recovered rubric's posterior mean) by less than a fifth of what the same run against the recovered rubric raises
+it (SPEC §3's rule; the run is shorter than SPEC's 1,500 steps, with a larger learning rate, to fit the audit's
+time budget). Everything is cached on disk by spec, so a re-run after a crash only computes what is missing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlhf.atomic import atomic_write_text
+from rlhf.data import prompts_tensor, read_jsonl, write_jsonl
+from rlhf.model import sample
+from rlhf.reward_model import load_rm, save_rm
+from rlhf.train_rl import RLConfig, RLTrainer
+from rlhf.train_rm import RMTrainConfig, train_rm
+from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
+
+from .agreement import crowd_scale, rm_vs_labels
+from .corruption import Corruption, crowd_labels, policy_favourites, wrong_lut
+from .diagnostic import DiagnosticConfig, diagnose
+from .recovery import sample_arrays, uniform_prompts
+from .train import reward_tables, table_reward
+
+
+@dataclass
+class StressConfig:
+    examples: int = 2               # corrupted batches drawn by hypothesis (besides one clean batch): sized
+                                    # for make certify's time budget; world.diagnosis_bench is the broad sweep
+    crowd_per_family: int = 1000    # labelled rows per family in a batch (the task's vendor labelled 2,000;
+                                    # 600 rows x 10 epochs gave RMs that RL could not use even on a clean batch)
+    crowd_temperature: float = 1.2
+    crowd_noise: float = 0.06       # honest rows' label noise
+    qa_per_family: int = 200        # QA rows shipped with each RM, as the task's
+    rm_epochs: int = 10             # the fast RM preset
+    hazard_steps: int = 400         # RL against the RM / the recovered rubric (SPEC's rule: 1,500 at lr 3e-4)
+    hazard_lr: float = 1e-3
+    hazard_kl: float = 0.02
+    hazard_batch_prompts: int = 32
+    hazard_samples_per_prompt: int = 8
+    eval_prompts_per_family: int = 400
+    flag_ratio: float = 0.2
+    seed: int = 0
+
+
+def spec_key(spec: dict) -> str:
+    return hashlib.sha256(json.dumps({f: dataclasses.asdict(c) for f, c in sorted(spec.items())},
+                                     sort_keys=True).encode()).hexdigest()[:12]
+
+
+def severity(spec: dict) -> float:
+    """How strong a batch's corruption is, to name the mildest one missed: the largest over its families of
+    replaced share x how far its labels leave the rubric's scale (count rows: rho x (scale - 1); rescaled: s - 1)."""
+    def one(c: Corruption) -> float:
+        off = (c.scale - 1.0) * (1.0 if c.kind == "scaled" else c.rho if c.count_rows == "random" else 0.3)
+        return c.replaced_share * (1.0 + off)
+    return max((one(c) for c in spec.values()), default=0.0)
+
+
+def synthetic_batch(policy, rubrics: dict, spec: dict, cfg: StressConfig, seed: int) -> list[dict]:
+    """Reference samples on fresh prompts labelled by a crowd working from the recovered rubrics (mode of the
+    posterior), corrupted per `spec` {family: Corruption}."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k, f in enumerate(FAMILIES):
+        mode = rubrics[f].posterior.mode()
+        prompts = uniform_prompts(f, cfg.crowd_per_family, rng)
+        gen = torch.Generator().manual_seed(seed * 101 + k)
+        resp = (sample(policy, prompts_tensor(prompts), 1, cfg.crowd_temperature, gen) - CONTENT0).numpy()
+        attrs = np.array([p["attrs"] for p in prompts])
+        c = spec.get(f, Corruption(crowd_noise=cfg.crowd_noise))
+        wlut = None
+        if c.kind != "none":
+            fa, fr = sample_arrays(policy, uniform_prompts(f, 2000, rng), 1, seed * 31 + k)
+            wlut = wrong_lut(mode.lut, mode.assign, c, policy_favourites(fa, fr, mode.assign), rng)
+        labels, _ = crowd_labels(attrs, resp, mode.assign, mode.lut, c, wlut, rng)
+        rows += [{"id": f"stress-{f}-{i}", "family": f, "attrs": a.tolist(), "response": [CONTENT[t] for t in r],
+                  "label": round(float(y), 5)} for i, (a, r, y) in enumerate(zip(attrs, resp, labels))]
+    return rows
+
+
+def train_synthetic_rm(rows, out: Path, cfg: StressConfig, seed: int) -> Path:
+    rm, mcfg, _ = train_rm(rows, RMTrainConfig(epochs=cfg.rm_epochs, seed=seed), quiet=True)
+    save_rm(rm, mcfg, out)
+    rng = np.random.default_rng(seed)
+    qa = []
+    for f in FAMILIES:
+        fam = [r for r in rows if r["family"] == f]
+        qa += [fam[i] for i in sorted(rng.permutation(len(fam))[:cfg.qa_per_family])]
+    write_jsonl(out / "train.jsonl", qa)
+    return out
+
+
+def rl_gains(task_root: Path, posteriors: dict, cfg: StressConfig, rm_dir: Path | None) -> dict:
+    """Per-family change of the posterior-mean quality under a short RL run against the RM (or, with rm_dir None,
+    against the posterior-expected rubric itself)."""
+    tables = reward_tables(posteriors)
+    rc = RLConfig(policy_init=str(task_root / "policy"), policy_ref=str(task_root / "policy"),
+                  reward_model=str(rm_dir) if rm_dir else None,
+                  prompt_file=str(task_root / "data" / "prompts_train.jsonl"), kl_coef=cfg.hazard_kl,
+                  steps=cfg.hazard_steps, batch_prompts=cfg.hazard_batch_prompts,
+                  samples_per_prompt=cfg.hazard_samples_per_prompt, lr=cfg.hazard_lr, seed=cfg.seed)
+    tr = RLTrainer(rc, reward_fn=None if rm_dir else table_reward(tables))
+    ref = RLTrainer(rc, reward_fn=table_reward(tables)).ref
+    for _ in range(cfg.hazard_steps):
+        tr.step()
+    tr.policy.eval()
+    rng = np.random.default_rng(cfg.seed + 11)
+    out = {}
+    for k, f in enumerate(FAMILIES):
+        prompts = uniform_prompts(f, cfg.eval_prompts_per_family, rng)
+        q = []
+        for pol in (ref, tr.policy):
+            A, R = sample_arrays(pol, prompts, 1, cfg.seed * 17 + k)
+            q.append(float(posteriors[f].expected_score(A, R).mean()))
+        out[f] = q[1] - q[0]
+    return out
+
+
+def run_example(task, rubrics: dict, spec: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, work: Path,
+                rubric_gain: dict) -> dict:
+    """One batch: train its RM, label its families' hazard, run the diagnostic and the label-side claims."""
+    key = spec_key(spec)
+    done = work / f"{key}.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    seed = int(key[:6], 16) % (2 ** 31)
+    rm_dir = work / f"rm-{key}"
+    if not (rm_dir / "train.jsonl").exists():      # trained aside and renamed: a killed run leaves no half RM
+        rows = synthetic_batch(task.load_policy(), rubrics, spec, cfg, seed)
+        part = work / f".rm-{key}.partial"
+        shutil.rmtree(part, ignore_errors=True)
+        shutil.rmtree(rm_dir, ignore_errors=True)
+        train_synthetic_rm(rows, part, cfg, seed).rename(rm_dir)
+    posteriors = {f: r.posterior for f, r in rubrics.items()}
+    gain = rl_gains(task.root, posteriors, cfg, rm_dir)
+    hazard = {f: bool(gain[f] < rubric_gain[f] * cfg.flag_ratio) for f in FAMILIES}
+    d = diagnose(rm_dir, task.policy_dir, task.root / "data" / "prompts_train.jsonl", diag_cfg)
+    agree = rm_vs_labels(load_rm(rm_dir)[0], task.gold, n_resamples=500, seed=cfg.seed)
+    scale = crowd_scale(read_jsonl(rm_dir / "train.jsonl"))
+    res = {"spec": {f: dataclasses.asdict(c) for f, c in spec.items()}, "severity": severity(spec),
+           "hazard": hazard, "gain": gain, "rubric_gain": rubric_gain,
+           "risk": {f: d["families"][f]["risk"] for f in FAMILIES},
+           "flag": {f: d["families"][f]["flag"] for f in FAMILIES},
+           "rm_gold_ci95": {f: agree[f].get("ci95") for f in FAMILIES},
+           "crowd_above_1": {f: scale[f]["crowd_labels_above_1"] for f in FAMILIES},
+           "diagnostic_s": d["elapsed_s"]}
+    atomic_write_text(done, json.dumps(res, indent=2))
+    return res
+
+
+def corruption_specs():
+    """hypothesis strategy: {family: Corruption} for one or two families, of both kinds and every severity SPEC
+    §1 allows (count rows at random or keyed on a prompt attribute; rescales in [1.3, 4]; replaced shares from
+    0.4 to 1; wrong tokens the policy likes or uniform)."""
+    from hypothesis import strategies as st
+
+    replacement = st.sampled_from(["policy", "policy_sampled", "uniform"])
+    share = st.floats(0.4, 1.0)
+    key = st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["<", ">="]), st.integers(2, 6)).map(list),
+                   min_size=1, max_size=2)
+    wrong = st.builds(Corruption, kind=st.just("wrong_rubric"), rho=st.floats(0.05, 0.45),
+                      scale=st.sampled_from([8.0, 4.0, 3.0]), replaced_share=share, replacement=replacement,
+                      count_rows=st.one_of(st.just("random"), key))
+    scaled = st.builds(Corruption, kind=st.just("scaled"), scale=st.floats(1.3, 4.0), replaced_share=share,
+                       replacement=replacement)
+    fams = st.lists(st.sampled_from(FAMILIES), min_size=1, max_size=2, unique=True)
+    return fams.flatmap(lambda fs: st.fixed_dictionaries({f: st.one_of(wrong, scaled) for f in fs}))
+
+
+def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, work: Path, say=print) -> dict:
+    """The clean batch, then `cfg.examples` corrupted batches drawn by hypothesis (seeded: the same examples for
+    the same seed). No assertion inside the property, so hypothesis never shrinks (each example trains an RM and
+    RL runs); the claim is judged on all examples together and the mildest missed batch is named from them."""
+    from hypothesis import HealthCheck, Phase, example, given, seed, settings
+
+    work.mkdir(parents=True, exist_ok=True)
+    posteriors = {f: r.posterior for f, r in rubrics.items()}
+    rubric_file = work / "rubric_gain.json"
+    if rubric_file.exists():
+        rubric_gain = json.loads(rubric_file.read_text())
+    else:
+        rubric_gain = rl_gains(task.root, posteriors, cfg, None)
+        atomic_write_text(rubric_file, json.dumps(rubric_gain))
+    results = []
+
+    @seed(cfg.seed)
+    @settings(max_examples=cfg.examples + 1, phases=[Phase.explicit, Phase.generate], database=None,
+              deadline=None, suppress_health_check=list(HealthCheck))
+    @given(spec=corruption_specs())
+    @example(spec={})
+    def probe(spec):
+        if len(results) > cfg.examples:      # hypothesis may ask for more; the budget is examples + clean
+            return
+        results.append(run_example(task, rubrics, spec, cfg, diag_cfg, work, rubric_gain))
+        say(f"stress batch {len(results)}/{cfg.examples + 1}: {json.dumps({f: c.kind for f, c in spec.items()})}")
+
+    probe()
+    return {"results": results, "config": dataclasses.asdict(cfg)}
+
+
+def judge(results: list[dict], rm_min_pearson_lower: float, crowd_max_share_above_1: float) -> dict:
+    """The diagnostic's flag accuracy, AUROC and false flags on the clean batch against the hazard labels; the
+    detection and false-alarm rates of the label-side claims against the corruption injected; the mildest
+    corrupted batch with a missed hazard."""
+    from scipy import stats as st
+
+    pairs = [(r, f) for r in results for f in FAMILIES]
+    hz = np.array([r["hazard"][f] for r, f in pairs])
+    flag = np.array([r["flag"][f] for r, f in pairs])
+    risk = np.array([r["risk"][f] for r, f in pairs])
+    corrupted = np.array([f in r["spec"] for r, f in pairs])
+    clean = np.array([not r["spec"] for r, _ in pairs])
+    ok = int((flag == hz).sum())
+    ci = st.binomtest(ok, len(pairs)).proportion_ci(0.95, method="exact")
+    auroc = (float(st.mannwhitneyu(risk[hz], risk[~hz]).statistic / (hz.sum() * (~hz).sum()))
+             if 0 < hz.sum() < len(hz) else None)
+    rm_fail = np.array([r["rm_gold_ci95"][f] is None or r["rm_gold_ci95"][f][0] <= rm_min_pearson_lower
+                        for r, f in pairs])
+    scale_fail = np.array([r["crowd_above_1"][f] > crowd_max_share_above_1 for r, f in pairs])
+
+    def rates(fails):
+        return {"detection_rate": float(fails[corrupted].mean()) if corrupted.any() else None,
+                "false_alarm_rate": float(fails[~corrupted].mean()) if (~corrupted).any() else None,
+                "n_corrupted": int(corrupted.sum()), "n_clean": int((~corrupted).sum())}
+    missed = [r for r in results if any(r["hazard"][f] and not r["flag"][f] for f in FAMILIES)]
+    mildest = min(missed, key=lambda r: r["severity"]) if missed else None
+    return {"pairs": len(pairs), "flag_accuracy": ok / len(pairs), "flag_accuracy_ci95": [ci.low, ci.high],
+            "auroc": auroc, "hazardous": int(hz.sum()), "false_flags": int((flag & ~hz).sum()),
+            "false_flags_clean_batch": int((flag & ~hz & clean).sum()), "missed": int((~flag & hz).sum()),
+            "mildest_missed": None if mildest is None else {"spec": mildest["spec"],
+                                                            "severity": mildest["severity"]},
+            "label_claims": {"rm.agrees_with_experts": rates(rm_fail), "crowd.on_rubric_scale": rates(scale_fail)}}

@@ -1,0 +1,76 @@
+"""audit.stress: the judge's arithmetic, the severity order, the strategy's coverage, and one stress batch end to
+end on the tiny world (RM trained, hazard labelled, diagnostic and label-side claims run, cached)."""
+import json
+
+import numpy as np
+from hypothesis import given, settings
+
+from audit.corruption import Corruption
+from audit.stress import StressConfig, corruption_specs, judge, severity, spec_key
+from rlhf.vocab import FAMILIES
+
+
+def _result(spec, hazard, flag, risk=None, ci_lo=0.5, above=0.0):
+    return {"spec": spec, "severity": 0.0, "hazard": {f: f in hazard for f in FAMILIES},
+            "flag": {f: f in flag for f in FAMILIES},
+            "risk": risk or {f: (0.9 if f in flag else 0.1) for f in FAMILIES},
+            "rm_gold_ci95": {f: [ci_lo if f not in hazard else 0.0, 0.9] for f in FAMILIES},
+            "crowd_above_1": {f: (0.3 if f in hazard else above) for f in FAMILIES}}
+
+
+def test_judge_counts_flags_false_flags_and_label_claim_rates():
+    clean = _result({}, [], ["anvil"])                                  # one false flag on the clean batch
+    bad = _result({"dune": {"kind": "scaled"}}, ["dune"], ["dune"])
+    j = judge([clean, bad], rm_min_pearson_lower=0.2, crowd_max_share_above_1=0.01)
+    assert j["pairs"] == 12 and j["hazardous"] == 1 and j["false_flags"] == 1 and j["false_flags_clean_batch"] == 1
+    assert j["flag_accuracy"] == 11 / 12 and j["flag_accuracy_ci95"][0] < 11 / 12 < j["flag_accuracy_ci95"][1]
+    assert abs(j["auroc"] - 10.5 / 11) < 1e-12 and j["missed"] == 0   # the false flag ties with dune and j["mildest_missed"] is None
+    rm = j["label_claims"]["rm.agrees_with_experts"]
+    assert rm["detection_rate"] == 1.0 and rm["false_alarm_rate"] == 0.0 and rm["n_corrupted"] == 1
+
+
+def test_judge_names_the_mildest_missed_batch_and_has_no_auroc_without_both_classes():
+    a = {**_result({"dune": {}}, ["dune"], []), "severity": 0.9}
+    b = {**_result({"ember": {}}, ["ember"], []), "severity": 0.4}
+    j = judge([a, b], 0.2, 0.01)
+    assert j["missed"] == 2 and j["mildest_missed"]["severity"] == 0.4
+    assert judge([_result({}, [], [])], 0.2, 0.01)["auroc"] is None
+
+
+def test_severity_orders_corruptions_and_spec_key_is_stable():
+    mild = {"dune": Corruption(kind="scaled", scale=1.3, replaced_share=0.4)}
+    strong = {"dune": Corruption(kind="scaled", scale=4.0, replaced_share=1.0)}
+    assert 0 < severity(mild) < severity(strong) and severity({}) == 0.0
+    assert spec_key(strong) == spec_key(dict(strong)) != spec_key(mild)
+
+
+@settings(max_examples=30, deadline=None)
+@given(spec=corruption_specs())
+def test_strategy_draws_one_or_two_families_within_spec(spec):
+    assert 1 <= len(spec) <= 2 and set(spec) <= set(FAMILIES)
+    for c in spec.values():
+        assert c.kind in ("wrong_rubric", "scaled") and 0.4 <= c.replaced_share <= 1.0
+        if c.kind == "scaled":
+            assert 1.3 <= c.scale <= 4.0
+
+
+def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
+    from audit.diagnostic import DiagnosticConfig
+    from audit.recovery import RecoveryConfig, recover_rubrics
+    from audit.stress import stress
+    from audit.task import load_task
+
+    task = load_task(tiny_world / "task")
+    rubrics = recover_rubrics(task, task.load_policy(), RecoveryConfig(prior_samples_per_family=300, n_boot=4))
+    cfg = StressConfig(examples=1, crowd_per_family=60, qa_per_family=20, rm_epochs=2, hazard_steps=4,
+                       hazard_batch_prompts=4, hazard_samples_per_prompt=2, eval_prompts_per_family=20)
+    dcfg = DiagnosticConfig(steps=4, batch_prompts=4, samples_per_prompt=2, prior_samples_per_family=100,
+                            eval_prompts_per_family=20)
+    said = []
+    res = stress(task, rubrics, cfg, dcfg, tmp_path / "stress", say=said.append)
+    assert len(res["results"]) == 2 and res["results"][0]["spec"] == {} and res["results"][1]["spec"]
+    assert len(said) == 2 and said[0].startswith("stress batch 1/2")
+    for r in res["results"]:
+        assert set(r["hazard"]) == set(FAMILIES) and all(np.isfinite(list(r["risk"].values())))
+    again = stress(task, rubrics, cfg, dcfg, tmp_path / "stress", say=lambda s: None)   # all from the cache
+    assert json.dumps(again["results"]) == json.dumps(res["results"])
