@@ -42,8 +42,9 @@ from .train import reward_tables, table_reward
 class StressConfig:
     examples: int = 2               # corrupted batches drawn by hypothesis (besides one clean batch): sized
                                     # for make certify's time budget; world.diagnosis_bench is the broad sweep
-    crowd_per_family: int = 1000    # labelled rows per family in a batch (the task's vendor labelled 2,000;
-                                    # 600 rows x 10 epochs gave RMs that RL could not use even on a clean batch)
+    crowd_per_family: int = 2000    # labelled rows per family in a batch, as the task's vendor labelled; with
+                                    # 600 or 1,000 rows x 10 epochs RL could not use the RM even on a clean batch
+                                    # (canonical: 17 of 18 family-batches hazardous, the clean batch's 5 of 6)
     crowd_temperature: float = 1.2
     crowd_noise: float = 0.06       # honest rows' label noise
     qa_per_family: int = 200        # QA rows shipped with each RM, as the task's
