@@ -6,6 +6,7 @@ WORLD   ?= worlds/canonical
 TASK    ?= $(WORLD)/task
 OUT     ?= out/certify
 STRICT  ?=
+STRESS  ?=
 
 .PHONY: help install test bench world certify calibrate grade clean
 
@@ -18,6 +19,7 @@ help:
 	@echo "make grade     judge $(OUT) against $(WORLD)'s oracle (slow: trains RMs and RL runs for the diagnosis)"
 	@echo "make install   create .venv with the pinned dependencies (idempotent)"
 	@echo "variables: TASK=dir OUT=dir SEED=n WORLD=dir STRICT=1 (certify: fail unless the policy is certified)"
+	@echo "           STRESS=n (certify: corrupted batches in the stress check, default 1)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
@@ -37,7 +39,7 @@ world: $(STAMP)
 
 certify: $(STAMP)
 	@if [ "$(TASK)" = "$(WORLD)/task" ]; then $(MAKE) --no-print-directory world; fi
-	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)$(if $(filter 1 yes true,$(STRICT)), --fail-if-not-certified)
+	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)$(if $(filter 1 yes true,$(STRICT)), --fail-if-not-certified)$(if $(STRESS), --stress-examples $(STRESS))
 
 calibrate: world
 	$(PY) -m world calibrate $(WORLD)

@@ -66,6 +66,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--preset", choices=["full", "small"], default="full", help="small: tiny worlds and tests")
+    ap.add_argument("--stress-examples", type=int, default=None, metavar="N",
+                    help="corrupted batches in the stress check, besides the clean one (default 1: ~47 s each)")
     ap.add_argument("--no-figures", action="store_true")
     ap.add_argument("--fail-if-not-certified", action="store_true",
                     help="exit 3 when the audit ran but did not certify the shipped policy (CI gating)")
@@ -74,6 +76,8 @@ def main(argv=None) -> int:
     out, task = Path(a.out), Path(a.task)
     if out.exists() and not out.is_dir():
         return refuse([f"--out {out}: exists and is not a directory"], out)
+    if a.stress_examples is not None and a.stress_examples < 0:
+        return refuse([f"--stress-examples {a.stress_examples}: expected an integer >= 0"], out)
 
     from .task import validate   # imports torch: after the usage checks, which need none of it
     problems = validate(task)
@@ -94,6 +98,7 @@ def main(argv=None) -> int:
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks"), "-q", "-p", "no:cacheprovider", "--rootdir",
            str(ROOT), "--task", str(task.resolve()), "--seed", str(a.seed), "--evidence", str(evidence),
            "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "--audit-command", command,
+           *(["--stress-examples", str(a.stress_examples)] if a.stress_examples is not None else []),
            "-o", "console_output_style=count",
            "--capture=sys"]   # sys-level capture leaves fd 2 alone: the per-stage progress lines reach the terminal
     parent = os.getpid()

@@ -4,6 +4,7 @@
 
 The session fixture `audit` does the expensive shared work once, cached on disk under OUT/.cache keyed by the
 task's input hashes and the audit config (a re-run after a crash resumes)."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -20,6 +21,8 @@ def pytest_addoption(parser):
     g = parser.getgroup("audit")
     g.addoption("--audit-out", default="out/certify", help="output dir (cache, shipped checkpoint)")
     g.addoption("--audit-preset", default="full", choices=["full", "small"], help="small: tiny worlds and tests")
+    g.addoption("--stress-examples", type=int, default=None, help="corrupted stress batches besides the clean one "
+                "(default: the preset's)")
     g.addoption("--audit-command", default=None, help="the command line that started the audit (audit.certify "
                 "passes its own), recorded in the evidence")
 
@@ -59,6 +62,9 @@ def pytest_generate_tests(metafunc):
 def audit_config(pytestconfig, audit_seed):
     preset = pytestconfig.getoption("--audit-preset")
     cfg = AuditConfig.small(audit_seed) if preset == "small" else AuditConfig().with_seed(audit_seed)
+    n = pytestconfig.getoption("--stress-examples")
+    if n is not None:
+        cfg = dataclasses.replace(cfg, stress=dataclasses.replace(cfg.stress, examples=n))
     return cfg
 
 

@@ -36,6 +36,7 @@ def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     assert len(res["rows"]) == 2 * len(FAMILIES)
     assert all("risk" in row and isinstance(row["hazard"], bool) for row in res["rows"])
     assert res["rows"][0]["clean_batch"] and "AUROC" in r.stdout
+    assert "[bench] 2/2 RMs trained" in r.stderr                      # progress on long sweeps
     bad = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tmp_path)], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "not a built world" in bad.stderr

@@ -123,6 +123,9 @@ def test_usage_errors_exit_2_and_write_nothing(tmp_path, capsys, tiny_world):
     with pytest.raises(SystemExit) as e:              # argparse: a missing required option
         certify.main(["--out", str(tmp_path / "o")])
     assert e.value.code == 2 and not (tmp_path / "o").exists()
+    neg = ["--task", str(tiny_world / "task"), "--out", str(tmp_path / "o"), "--stress-examples", "-1"]
+    assert certify.main(neg) == 2
+    assert "--stress-examples -1: expected an integer >= 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_make_certify_passes_the_gating_flag():
@@ -130,4 +133,6 @@ def test_make_certify_passes_the_gating_flag():
                        text=True, cwd=ROOT)
     assert r.returncode == 0 and "--fail-if-not-certified" in r.stdout
     r = subprocess.run(["make", "-n", "certify", "TASK=some/task", "OUT=o"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0 and "--fail-if-not-certified" not in r.stdout
+    assert r.returncode == 0 and "--fail-if-not-certified" not in r.stdout and "--stress-examples" not in r.stdout
+    r = subprocess.run(["make", "-n", "certify", "TASK=t", "OUT=o", "STRESS=3"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and "--stress-examples 3" in r.stdout

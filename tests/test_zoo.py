@@ -18,7 +18,8 @@ from world.zoo import VARIANTS, zoo_config
 from world.zoo_check import picture
 
 # sha256 of a tiny seed-0 build (the zoo's default path draws the same random numbers in the same order as the code
-# before it, commit 122c747; the tiny preset's SFT then grew to 1500 demos x 20 epochs for the own-policy tests). A deliberate change to the generator updates these; anything else is a bug.
+# before it, commit 122c747; the tiny preset's SFT then grew to 1500 demos x 20 epochs for the own-policy
+# tests). A deliberate change to the generator updates these; anything else is a bug.
 TINY_SEED0 = {
     "oracle/truth.json": "9bdfb8efb6693cb0e940d5b8ce8c5a169f02a0fb610452ab9144c3b524c95de6",
     "oracle/corruption.json": "d1dd86d3bbd776011d1c9c4f78d15a4876382ed7449aa646f54650c4d41865e9",

@@ -123,7 +123,17 @@ def _diagnose(world: str, rm_dir: str, cfg: BenchConfig) -> dict:
     return {"families": json.loads(out.read_text())["families"], "seconds": time.time() - t}
 
 
-def bench(worlds, cfg: BenchConfig, address: str | None = None) -> dict:
+def _wait(refs: list, what: str, say) -> list:
+    """ray.get with a progress line each time a task finishes (a full sweep takes about half an hour)."""
+    import ray
+    pending, t = list(refs), time.time()
+    while pending:
+        _, pending = ray.wait(pending, num_returns=1)
+        say(f"[bench] {len(refs) - len(pending)}/{len(refs)} {what} ({time.time() - t:.0f}s)")
+    return ray.get(refs)
+
+
+def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: None) -> dict:
     import ray
     ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False,
              configure_logging=False)
@@ -135,10 +145,12 @@ def bench(worlds, cfg: BenchConfig, address: str | None = None) -> dict:
             out = w / "bench_cache" / f"rm-{_spec_key(w, spec, i, cfg)}"
             plan.append((w, i, spec, train_rm.remote(str(w), spec, i, cfg, str(out))))
     rubric = {str(w): gain.remote(str(w), None, cfg) for w in map(Path, worlds)}
-    rm_dirs = ray.get([p[3] for p in plan])
+    rm_dirs = _wait([p[3] for p in plan], "RMs trained", say)
     gains = [gain.remote(str(w), d, cfg) for (w, *_), d in zip(plan, rm_dirs)]
     diags = [diagnose.remote(str(w), d, cfg) for (w, *_), d in zip(plan, rm_dirs)]
-    gains, diags, rubric = ray.get(gains), ray.get(diags), {k: ray.get(v) for k, v in rubric.items()}
+    done = _wait(gains + diags + list(rubric.values()), "hazard runs and diagnostics done", say)
+    gains, diags = done[:len(gains)], done[len(gains):len(gains) + len(diags)]
+    rubric = dict(zip(rubric, done[len(gains) + len(diags):]))
     ray.shutdown()
     rows = []
     for (w, i, spec, _), d, g, dg in zip(plan, rm_dirs, gains, diags):
@@ -201,7 +213,7 @@ def main(argv=None) -> int:
     if a.rms is not None:
         cfg = dataclasses.replace(cfg, rms=a.rms)
     t = time.time()
-    res = bench(a.worlds, cfg, a.address)
+    res = bench(a.worlds, cfg, a.address, say=lambda s: print(s, file=sys.stderr, flush=True))
     res["elapsed_s"] = round(time.time() - t, 1)
     print(table(res["summary"]))
     if a.out:
