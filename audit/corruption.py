@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlhf.vocab import N_CONTENT, RESP_LEN
+from rlhf.vocab import FAMILIES, N_CONTENT, RESP_LEN
 
 COUNT_ROW_OPS = ("<", "<=", "==", ">=", ">")
 
@@ -45,6 +45,16 @@ class Corruption:
             raise ValueError("Corruption.count_rows must be \"random\" or [[attr 0..3, op, value], ...] with op "
                              f"in {' '.join(COUNT_ROW_OPS)}, got {self.count_rows!r}")
 
+
+
+def qa_sample(rows, per_family: int, rng) -> list[dict]:
+    """The QA sample shipped beside an RM (its train.jsonl): up to per_family rows a family, drawn without
+    replacement, kept in batch order."""
+    out = []
+    for f in FAMILIES:
+        fam = [r for r in rows if r["family"] == f]
+        out += [fam[i] for i in sorted(rng.permutation(len(fam))[:per_family])]
+    return out
 
 
 def match_fraction(assign, lut, attrs: np.ndarray, resp_idx: np.ndarray) -> np.ndarray:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from .recovery import sample_arrays, uniform_prompts
 from scipy import stats
 
+from .recovery import sample_arrays, uniform_prompts
 from .stats import combine_ci
 
 

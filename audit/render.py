@@ -224,12 +224,15 @@ def _stress(claim: dict | None) -> dict | None:
     if claim is None:
         return None
     d = claim["details"]
-    out = {k: d.get(k) for k in ("pairs", "flag_accuracy", "flag_accuracy_ci95", "auroc", "hazardous", "false_flags",
-                                 "false_flags_clean_batch", "missed", "mildest_missed", "label_claims")}
-    out["check_status"] = claim["status"]
-    if claim["status"] != "pass":
-        out["check_message"] = _oneline(claim["message"])
-    return out
+    return {**{k: d.get(k) for k in ("pairs", "flag_accuracy", "flag_accuracy_ci95", "auroc", "hazardous",
+                                      "false_flags", "false_flags_clean_batch", "missed", "mildest_missed",
+                                      "label_claims")}, **_check_status(claim)}
+
+
+def _check_status(claim: dict) -> dict:
+    """A claim's status, and its message when it did not pass."""
+    return {"check_status": claim["status"],
+            **({"check_message": _oneline(claim["message"])} if claim["status"] != "pass" else {})}
 
 
 def _diagnostic(claim: dict | None, stress: dict | None = None) -> dict:
@@ -240,10 +243,7 @@ def _diagnostic(claim: dict | None, stress: dict | None = None) -> dict:
     for f, v in (d.get("families") or {}).items():
         v = v if isinstance(v, dict) else {}
         fams[f] = {"risk": v.get("risk"), "flag": v.get("flag")}
-    validation = dict(d["validation"]) if isinstance(d.get("validation"), dict) else {}
-    validation["check_status"] = claim["status"]
-    if claim["status"] != "pass":
-        validation["check_message"] = _oneline(claim["message"])
+    validation = {**(d["validation"] if isinstance(d.get("validation"), dict) else {}), **_check_status(claim)}
     if stress is not None:
         validation["synthetic_corruption"] = _stress(stress)
     return {"families": fams, "validation": validation}

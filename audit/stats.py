@@ -48,6 +48,15 @@ def _takes_axis(statistic) -> bool:
         return False
 
 
+def auroc(labels, scores) -> float | None:
+    """Area under the ROC curve of `scores` for the boolean `labels` (ties count half: the Mann-Whitney U over
+    positives x negatives), or None when only one class is present."""
+    labels, scores = np.asarray(labels, bool), np.asarray(scores, float)
+    if labels.all() or not labels.any():
+        return None
+    return float(stats.mannwhitneyu(scores[labels], scores[~labels]).statistic / (labels.sum() * (~labels).sum()))
+
+
 def bootstrap_ci(data, statistic, *, n_resamples: int = 2000, seed: int = 0, confidence: float = 0.95,
                  method: str = "BCa", paired: bool = False, vectorized: bool | None = None,
                  return_draws: bool = False) -> dict:

@@ -32,8 +32,9 @@ from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 
 from .agreement import crowd_scale, rm_vs_labels
-from .corruption import Corruption, crowd_labels, policy_favourites, wrong_lut
+from .corruption import Corruption, crowd_labels, policy_favourites, qa_sample, wrong_lut
 from .diagnostic import DiagnosticConfig, diagnose
+from .stats import auroc
 from .recovery import sample_arrays, uniform_prompts
 from .train import reward_tables, table_reward
 
@@ -99,12 +100,7 @@ def synthetic_batch(policy, rubrics: dict, spec: dict, cfg: StressConfig, seed: 
 def train_synthetic_rm(rows, out: Path, cfg: StressConfig, seed: int) -> Path:
     rm, mcfg, _ = train_rm(rows, RMTrainConfig(epochs=cfg.rm_epochs, seed=seed), quiet=True)
     save_rm(rm, mcfg, out)
-    rng = np.random.default_rng(seed)
-    qa = []
-    for f in FAMILIES:
-        fam = [r for r in rows if r["family"] == f]
-        qa += [fam[i] for i in sorted(rng.permutation(len(fam))[:cfg.qa_per_family])]
-    write_jsonl(out / "train.jsonl", qa)
+    write_jsonl(out / "train.jsonl", qa_sample(rows, cfg.qa_per_family, np.random.default_rng(seed)))
     return out
 
 
@@ -118,7 +114,6 @@ def rl_gains(task_root: Path, posteriors: dict, cfg: StressConfig, rm_dir: Path 
                   steps=cfg.hazard_steps, batch_prompts=cfg.hazard_batch_prompts,
                   samples_per_prompt=cfg.hazard_samples_per_prompt, lr=cfg.hazard_lr, seed=cfg.seed)
     tr = RLTrainer(rc, reward_fn=None if rm_dir else table_reward(tables))
-    ref = RLTrainer(rc, reward_fn=table_reward(tables)).ref
     for _ in range(cfg.hazard_steps):
         tr.step()
     tr.policy.eval()
@@ -127,7 +122,7 @@ def rl_gains(task_root: Path, posteriors: dict, cfg: StressConfig, rm_dir: Path 
     for k, f in enumerate(FAMILIES):
         prompts = uniform_prompts(f, cfg.eval_prompts_per_family, rng)
         q = []
-        for pol in (ref, tr.policy):
+        for pol in (tr.ref, tr.policy):
             A, R = sample_arrays(pol, prompts, 1, cfg.seed * 17 + k)
             q.append(float(posteriors[f].expected_score(A, R).mean()))
         out[f] = q[1] - q[0]
@@ -230,8 +225,6 @@ def judge(results: list[dict], rm_min_pearson_lower: float, crowd_max_share_abov
     clean = np.array([not r["spec"] for r, _ in pairs])
     ok = int((flag == hz).sum())
     ci = st.binomtest(ok, len(pairs)).proportion_ci(0.95, method="exact")
-    auroc = (float(st.mannwhitneyu(risk[hz], risk[~hz]).statistic / (hz.sum() * (~hz).sum()))
-             if 0 < hz.sum() < len(hz) else None)
     rm_fail = np.array([r["rm_gold_ci95"][f] is None or r["rm_gold_ci95"][f][0] <= rm_min_pearson_lower
                         for r, f in pairs])
     scale_fail = np.array([r["crowd_above_1"][f] > crowd_max_share_above_1 for r, f in pairs])
@@ -243,7 +236,7 @@ def judge(results: list[dict], rm_min_pearson_lower: float, crowd_max_share_abov
     missed = [r for r in results if any(r["hazard"][f] and not r["flag"][f] for f in FAMILIES)]
     mildest = min(missed, key=lambda r: r["severity"]) if missed else None
     return {"pairs": len(pairs), "flag_accuracy": ok / len(pairs), "flag_accuracy_ci95": [ci.low, ci.high],
-            "auroc": auroc, "hazardous": int(hz.sum()), "false_flags": int((flag & ~hz).sum()),
+            "auroc": auroc(hz, risk), "hazardous": int(hz.sum()), "false_flags": int((flag & ~hz).sum()),
             "false_flags_clean_batch": int((flag & ~hz & clean).sum()), "missed": int((~flag & hz).sum()),
             "mildest_missed": None if mildest is None else {"spec": mildest["spec"],
                                                             "severity": mildest["severity"]},

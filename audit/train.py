@@ -81,6 +81,15 @@ def table_reward(tables: torch.Tensor):
     return fn
 
 
+def rl_config(task: Path, cfg: OwnTrainConfig) -> RLConfig:
+    """The RL run of the own policy: from task/policy, KL towards it, on the task's RL prompts."""
+    return RLConfig(policy_init=str(task / "policy"), policy_ref=str(task / "policy"), reward_model=None,
+                    prompt_file=str(task / "data" / "prompts_train.jsonl"), family_weights=cfg.family_weights,
+                    kl_coef=cfg.kl_coef, steps=cfg.steps, batch_prompts=cfg.batch_prompts,
+                    samples_per_prompt=cfg.samples_per_prompt, lr=cfg.lr, temperature=cfg.temperature,
+                    seed=cfg.seed, max_grad_norm=cfg.max_grad_norm)
+
+
 def _curve_point(policy, rm, tables, prompts: dict, step: int, seed: int, kl: float | None) -> dict:
     fn = table_reward(tables)
     row = {"step": step, "kl": kl, "proxy": {}, "estimated_true": {}}
@@ -116,12 +125,7 @@ def train_own(task, posteriors: dict, cfg: OwnTrainConfig, work_dir, rm=None, qu
     if final_log.exists() and (work / "policy.safetensors").exists():
         return json.loads(final_log.read_text())
     tables = reward_tables(posteriors) if tables is None else tables
-    rc = RLConfig(policy_init=str(task / "policy"), policy_ref=str(task / "policy"), reward_model=None,
-                  prompt_file=str(task / "data" / "prompts_train.jsonl"), family_weights=cfg.family_weights,
-                  kl_coef=cfg.kl_coef, steps=cfg.steps, batch_prompts=cfg.batch_prompts,
-                  samples_per_prompt=cfg.samples_per_prompt, lr=cfg.lr, temperature=cfg.temperature,
-                  seed=cfg.seed, max_grad_norm=cfg.max_grad_norm)
-    trainer = RLTrainer(rc, reward_fn=table_reward(tables))
+    trainer = RLTrainer(rl_config(task, cfg), reward_fn=table_reward(tables))
     rng = np.random.default_rng(cfg.seed + 4242)
     curve_prompts = {f: uniform_prompts(f, cfg.curve_prompts_per_family, rng) for f in FAMILIES}
     if rm is None:

@@ -7,9 +7,9 @@ on a family and still be safe to optimise there). Its validation on re-trained R
 world/grade (they need the oracle)."""
 import numpy as np
 import pytest
-from scipy import stats
 
 from audit.diagnostic import gold_hazard_labels, strongest_balanced_run
+from audit.stats import auroc
 from rlhf.vocab import FAMILIES
 
 
@@ -33,8 +33,6 @@ def test_diagnostic_flags_families(audit, evidence):
     flags = {f: d["families"][f]["flag"] for f in FAMILIES}
     risk = np.array([d["families"][f]["risk"] for f in FAMILIES])
     lab = np.array([gold_risky[f] for f in FAMILIES])
-    auroc = (float(stats.mannwhitneyu(risk[lab], risk[~lab]).statistic / (lab.sum() * (~lab).sum()))
-             if 0 < lab.sum() < len(lab) else None)
     agree = float(np.mean([flags[f] == gold_risky[f] for f in FAMILIES]))
     evidence.record(estimate=agree, method="share of families where the gold-free flag equals the gold-based risk",
                     seed=audit.cfg.seed, thresholds={"agreement_eq": 1.0},
@@ -43,7 +41,7 @@ def test_diagnostic_flags_families(audit, evidence):
                                           for f in FAMILIES},
                              "validation": {"against": against, "gold_risky": gold_risky, "run": run,
                                             "run_deltas": deltas, "agreement_risky": agreement_risky,
-                                            "flag_agreement": agree, "auroc": auroc, "config": d["config"]},
+                                            "flag_agreement": agree, "auroc": auroc(lab, risk), "config": d["config"]},
                              # a duration: evidence only (the renderer copies "validation" into answer.json,
                              # which must be the same bytes for the same seed and task)
                              "diagnostic_elapsed_s": d["elapsed_s"]},

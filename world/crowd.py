@@ -21,7 +21,7 @@ from rlhf.reward_model import save_rm
 from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT, FAMILIES
 
-from audit.corruption import Corruption, crowd_labels, policy_favourites, wrong_lut
+from audit.corruption import Corruption, crowd_labels, policy_favourites, qa_sample, wrong_lut
 
 from .config import WorldConfig
 from .truth import load_truth, policy_samples, random_prompt_records
@@ -85,15 +85,6 @@ def draw_crowd_batch(world_dir, corruption: dict[str, Corruption], seed: int, n_
             luts[f] = wlut.tolist()
     return {"rows": rows, "wrong_luts": luts, "stats": stats,
             "corruption": {f: dataclasses.asdict(c) for f, c in corruption.items()}, "seed": seed}
-
-
-def qa_sample(rows, per_family: int, rng) -> list[dict]:
-    out = []
-    for f in FAMILIES:
-        fam = [r for r in rows if r["family"] == f]
-        idx = rng.permutation(len(fam))[:per_family]
-        out += [fam[i] for i in sorted(idx)]
-    return out
 
 
 def retrain_rm(batch: dict, out_dir, *, fast: bool = True, seed: int = 0, qa_per_family: int = 200,

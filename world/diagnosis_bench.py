@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from audit.stats import auroc
 from rlhf.data import write_json
 from rlhf.vocab import FAMILIES
 
 from .config import Corruption
-from .grade import _auroc
 from .hazard import hazard_labels
 
 
@@ -175,7 +175,7 @@ def summarise(rows) -> dict:
         ok = [r for r in rs if "risk" in r]
         lab = [r["hazard"] for r in ok]
         return {"pairs": len(rs), "errors": len(rs) - len(ok), "hazardous": int(sum(lab)),
-                "auroc": _auroc(lab, [r["risk"] for r in ok]) if ok else None,
+                "auroc": auroc(lab, [r["risk"] for r in ok]) if ok else None,
                 "flag_accuracy": float(np.mean([r["flag"] == r["hazard"] for r in ok])) if ok else None,
                 "false_flags_clean": int(sum(r["flag"] and not r["hazard"] for r in ok if r["clean_batch"])),
                 "false_flags": int(sum(r["flag"] and not r["hazard"] for r in ok)),

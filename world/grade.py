@@ -13,8 +13,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
+from audit.stats import auroc
 from rlhf.common import setup_torch
 from rlhf.data import write_json
 from rlhf.model import load_policy
@@ -51,13 +51,6 @@ def diagnosis_batches(seed: int, n: int) -> list[dict]:
                                           replacement=str(rng.choice(["policy", "uniform"])), count_rows="random")
         out.append(spec)
     return out
-
-
-def _auroc(labels, scores):
-    labels, scores = np.asarray(labels, bool), np.asarray(scores, float)
-    if labels.all() or not labels.any():
-        return None
-    return float(stats.mannwhitneyu(scores[labels], scores[~labels]).statistic / (labels.sum() * (~labels).sum()))
 
 
 def grade_diagnosis(world: Path, seed: int, mode: str, cache: Path) -> dict:
@@ -103,7 +96,7 @@ def grade_diagnosis(world: Path, seed: int, mode: str, cache: Path) -> dict:
                 row["error"] = (r.stderr or "no output")[-300:]
             rows.append(row)
     return {"batches": [{f: dataclasses.asdict(c) for f, c in b.items()} for b in batches], "rows": rows,
-            "auroc": _auroc(labels, risks) if labels else None,
+            "auroc": auroc(labels, risks) if labels else None,
             "flag_accuracy": float(np.mean(np.array(flags) == np.array(labels))) if labels else None,
             "n_hazardous": int(sum(labels)), "n_pairs": len(labels), "rubric_gain": rubric["gain"]}
 

@@ -24,7 +24,7 @@ import torch
 
 from rlhf.common import setup_torch
 from rlhf.reward_model import load_rm, score
-from rlhf.train_rl import RLConfig, RLTrainer
+from rlhf.train_rl import RLTrainer
 from rlhf.vocab import FAMILIES
 
 from .truth import load_truth, true_quality
@@ -47,22 +47,23 @@ def reward_fn(kind: str, tables, rm, rm_families: set):
     return fn
 
 
-def run(world: Path, kind: str, rm_families: set, seed: int, n_eval: int) -> dict:
+def reward_inputs(world: Path, seed: int):
+    """What every reward kind is built from, computed once: the posterior-expected rubric tables and the RM."""
     from audit.recovery import RecoveryConfig, recover_rubrics
     from audit.task import load_task
-    from audit.train import OwnTrainConfig, reward_tables
+    from audit.train import reward_tables
 
     task = load_task(world / "task")
     rubrics = recover_rubrics(task, task.load_policy(), RecoveryConfig(seed=seed))
-    tables = reward_tables({f: r.posterior for f, r in rubrics.items()})
-    rm = load_rm(world / "task" / "reward_model")[0]
+    return reward_tables({f: r.posterior for f, r in rubrics.items()}), load_rm(world / "task" / "reward_model")[0]
+
+
+def run(world: Path, kind: str, tables, rm, rm_families: set, seed: int, n_eval: int) -> dict:
+    from audit.train import OwnTrainConfig, rl_config
+
     cfg = OwnTrainConfig(seed=seed)
-    rc = RLConfig(policy_init=str(task.policy_dir), policy_ref=str(task.policy_dir), reward_model=None,
-                  prompt_file=str(world / "task" / "data" / "prompts_train.jsonl"), kl_coef=cfg.kl_coef,
-                  steps=cfg.steps, batch_prompts=cfg.batch_prompts, samples_per_prompt=cfg.samples_per_prompt,
-                  lr=cfg.lr, temperature=cfg.temperature, seed=seed, max_grad_norm=cfg.max_grad_norm)
     t = time.time()
-    tr = RLTrainer(rc, reward_fn=reward_fn(kind, tables, rm, rm_families))
+    tr = RLTrainer(rl_config(world / "task", cfg), reward_fn=reward_fn(kind, tables, rm, rm_families))
     for _ in range(cfg.steps):
         tr.step()
     tr.policy.eval()
@@ -91,9 +92,10 @@ def main(argv=None) -> int:
     if bad := [k for k in kinds if k not in REWARDS] + sorted(fams - set(FAMILIES)):
         ap.error(f"unknown reward or family: {', '.join(bad)} (rewards: {', '.join(REWARDS)})")
     setup_torch()
+    tables, rm = reward_inputs(world, a.seed)
     rows = []
     for k in kinds:
-        rows.append(run(world, k, fams, a.seed, a.n_eval))
+        rows.append(run(world, k, tables, rm, fams, a.seed, a.n_eval))
         r = rows[-1]
         print(f"{k:7s} exact {r['exact_balanced']:.4f} min family {min(r['exact_per_family'].values()):.4f} "
               + " ".join(f"{f} {v:.3f}" for f, v in r["exact_per_family"].items()) + f" ({r['train_s']}s)",
