@@ -7,12 +7,16 @@ TASK    ?= $(WORLD)/task
 OUT     ?= out/certify
 STRICT  ?=
 STRESS  ?=
+CAP     ?= default
+MKL     ?=
+TESTS   ?= tests
 
-.PHONY: help install test bench world certify calibrate grade clean
+.PHONY: help install test test-cpu bench world certify calibrate grade clean
 
 help:
 	@echo "make certify   audit the canonical world (built if missing) -> $(OUT)/answer.json, summary.md"
 	@echo "make test      unit, property and end-to-end tests on the tiny world"
+	@echo "make test-cpu  the tests under another CPU's kernels: CAP=default|avx2|avx512 [MKL=AVX2|AVX512] [TESTS=...]"
 	@echo "make bench     RL step speed: fast path vs the naive reference path"
 	@echo "make world     build the canonical world into $(WORLD) (seed $(SEED))"
 	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
@@ -30,6 +34,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# Another CPU's float kernels on this one: ATen's vectorised kernels lowered to CAP, MKL's to MKL (docs/determinism.md)
+test-cpu: $(STAMP)
+	ATEN_CPU_CAPABILITY=$(CAP) $(if $(MKL),MKL_ENABLE_INSTRUCTIONS=$(MKL)) $(PY) -m pytest -q $(TESTS)
 
 bench: $(STAMP)
 	$(PY) -m rlhf.bench --steps 20

@@ -106,7 +106,22 @@ def _env() -> jinja2.Environment:
     env.filters["fmt"] = lambda v, nd=3: f"{v:.{nd}f}" if _is_num(v) else "n/a"
     env.filters["ci"] = lambda v, nd=3: f"[{v[0]:.{nd}f}, {v[1]:.{nd}f}]" if _is_ci(v) else "n/a"
     env.filters["oneline"] = lambda v: _oneline(v).replace("|", "\\|")
+    env.filters["value"] = _table_value
     return env
+
+
+def _table_value(v) -> str:
+    """A result in a summary table cell: integers as integers, other numbers at the answer's precision, yes/no
+    for booleans, anything else as compact JSON (pipes escaped)."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return f"{v:.{MEASURED_DECIMALS}f}"
+    if v is None:
+        return "n/a"
+    return _oneline(v if isinstance(v, str) else _dumps(v)).replace("|", "\\|")
 
 
 class Claims:
@@ -260,13 +275,32 @@ def _experiments(claims: Claims) -> list[dict]:
     return out
 
 
+# Measured numbers in answer.json carry MEASURED_DECIMALS decimals (templates/answer.schema.json says so): the
+# estimates' own uncertainty (CI half-widths of 0.005-0.05) sits in the 2nd-3rd decimal, and what another CPU's
+# float kernels change sits in the 6th-7th. More digits would state a precision no result holds, and make two
+# machines' reports differ in digits that mean nothing. Configs (the recipe) are inputs, written exactly.
+MEASURED_DECIMALS = 4
+
+
+def measured(x, nd: int = MEASURED_DECIMALS):
+    """x with every float rounded to nd decimals (ints, bools, strings and None as they are)."""
+    if isinstance(x, float):
+        return round(x, nd) + 0.0            # + 0.0: no "-0.0"
+    if isinstance(x, dict):
+        return {k: measured(v, nd) for k, v in x.items()}
+    if isinstance(x, list):
+        return [measured(v, nd) for v in x]
+    return x
+
+
 def build_answer(doc: dict) -> dict:
-    """The answer.json content (SPEC §3) from an evidence document, following the contract above."""
+    """The answer.json content (SPEC §3) from an evidence document, following the contract above; measured
+    numbers rounded to MEASURED_DECIMALS."""
     claims = Claims(doc)
     shipped = claims.one(SHIPPED)
     sd = shipped["details"] if shipped else {}
     statuses = [c["status"] for c in claims.all()]
-    return to_jsonable({
+    answer = to_jsonable({
         "checkpoint_dir": sd.get("checkpoint_dir"),
         "recipe": sd.get("recipe"),
         "dev_eval": sd.get("dev_eval"),
@@ -278,6 +312,7 @@ def build_answer(doc: dict) -> dict:
                    "evidence": "evidence.json"},
         "experiments": _experiments(claims),
     })
+    return {k: (v if k in ("recipe", "checks") else measured(v)) for k, v in answer.items()}
 
 
 def load_schema() -> dict:

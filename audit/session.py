@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.atomic import atomic_write_bytes
-from rlhf.common import file_sha256, setup_torch
+from rlhf.common import file_sha256, numeric_fingerprint, setup_torch
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
@@ -90,8 +90,11 @@ class AuditSession:
         setup_torch()
         self.task = load_task(task_dir)
         self.cfg = cfg
+        # the numeric fingerprint (threads, CPU kernels, MKL mode) is part of the key: a re-run under other
+        # numerics starts a fresh cache instead of mixing two runs' bits into one answer
         key = hashlib.sha256(json.dumps({"inputs": input_hashes, "config": dataclasses.asdict(cfg),
-                                         "code": code_hash()}, sort_keys=True, default=str).encode()).hexdigest()[:16]
+                                         "code": code_hash(), "numeric": numeric_fingerprint()},
+                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
         self.cache = Path(cache_root) / key
         self.cache.mkdir(parents=True, exist_ok=True)
         self._mem = {}

@@ -18,6 +18,7 @@ import dataclasses
 import io
 import json
 import os
+import random
 import shutil
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from rlhf.atomic import atomic_write_bytes, atomic_write_text
-from rlhf.common import progress
+from rlhf.common import numeric_fingerprint, progress
 from rlhf.data import prompts_tensor
 from rlhf.model import save_policy
 from rlhf.reward_model import score as rm_score
@@ -105,6 +106,41 @@ def _curve_point(policy, rm, tables, prompts: dict, step: int, seed: int, kl: fl
     return row
 
 
+def _snapshot(trainer, cfg: OwnTrainConfig, state: dict) -> dict:
+    """Everything the rest of the run depends on, so that a resumed run is the uninterrupted one bit for bit by
+    construction: weights and optimiser moments, every random stream (the trainer's generator draws the prompt
+    batches and the sampling noise; torch's, numpy's and python's global streams are not used by the loop
+    today, but a snapshot that keeps them stays right if that changes), the step figures since the last curve
+    point, and the config and numeric fingerprint (threads, kernels, MKL mode) it was taken under."""
+    return {"policy": trainer.policy.state_dict(), "opt": trainer.opt.state_dict(), "gen": trainer.gen.get_state(),
+            "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(), "python_rng": random.getstate(),
+            "state": state, "config": dataclasses.asdict(cfg), "numeric": numeric_fingerprint()}
+
+
+def _load_snapshot(path: Path, cfg: OwnTrainConfig, say=None) -> dict | None:
+    """The snapshot at `path` if it was taken by this config under this numeric fingerprint; otherwise None (the
+    run starts over: continuing another config's or another machine's run would mix two runs' numbers)."""
+    if not path.exists():
+        return None
+    s = torch.load(path, weights_only=False)
+    for what, now in (("config", dataclasses.asdict(cfg)), ("numeric", numeric_fingerprint())):
+        if s.get(what) != now:
+            if say:
+                say(f"own policy: snapshot {path.name} was taken under another {what} "
+                    f"({s.get(what)} != {now}); starting over")
+            return None
+    return s
+
+
+def _restore(trainer, s: dict) -> None:
+    trainer.policy.load_state_dict(s["policy"])
+    trainer.opt.load_state_dict(s["opt"])
+    trainer.gen.set_state(s["gen"])
+    torch.set_rng_state(s["torch_rng"])
+    np.random.set_state(s["numpy_rng"])
+    random.setstate(s["python_rng"])
+
+
 def _save_atomic(obj, path: Path, staging):
     buf = io.BytesIO()
     torch.save(obj, buf)
@@ -133,11 +169,9 @@ def train_own(task, posteriors: dict, cfg: OwnTrainConfig, work_dir, rm=None, qu
         rm = load_rm(task / "reward_model")[0]
     snap = work / "resume.pt"
     state = {"step": 0, "rows": [], "curve": [], "acc": [], "elapsed_s": 0.0}
-    if snap.exists():
-        s = torch.load(snap, weights_only=False)
-        trainer.policy.load_state_dict(s["policy"])
-        trainer.opt.load_state_dict(s["opt"])
-        trainer.gen.set_state(s["gen"])
+    s = _load_snapshot(snap, cfg, say)
+    if s is not None:
+        _restore(trainer, s)
         state = s["state"]
     else:
         trainer.policy.eval()
@@ -160,8 +194,7 @@ def train_own(task, posteriors: dict, cfg: OwnTrainConfig, work_dir, rm=None, qu
             acc = []
         if step % cfg.resume_every == 0 and step != cfg.steps:
             state.update(step=step, acc=acc, elapsed_s=time.time() - t0)
-            _save_atomic({"policy": trainer.policy.state_dict(), "opt": trainer.opt.state_dict(),
-                          "gen": trainer.gen.get_state(), "state": state}, snap, staging)
+            _save_atomic(_snapshot(trainer, cfg, state), snap, staging)
             if say:
                 say(f"own policy: snapshot at step {step}/{cfg.steps}")
     bar.close()

@@ -30,9 +30,11 @@ def pytest_addoption(parser):
 def pytest_sessionstart(session):
     """Provenance in the evidence (meta.config): what ran, with which code and which packages."""
     from checks.evidence_plugin import recorder_of
+    from rlhf.common import numeric_fingerprint, setup_torch
+    setup_torch()
     config = session.config
     recorder_of(config).config.update({"command": config.getoption("--audit-command"), "code_sha256": code_hash(),
-                                       "package_versions": package_versions()})
+                                       "package_versions": package_versions(), "numeric": numeric_fingerprint()})
 
 
 def pytest_collection_modifyitems(items):

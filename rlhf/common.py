@@ -13,10 +13,33 @@ from tqdm.auto import tqdm
 
 
 def setup_torch(threads: int | None = None) -> None:
-    """Two cores on these machines: use both for one process unless told otherwise (RLHF_THREADS)."""
+    """Two cores on these machines: use both for one process unless told otherwise (RLHF_THREADS). The thread
+    count is part of what a result depends on (numeric_fingerprint): reductions split their work by it."""
     n = threads or int(os.environ.get("RLHF_THREADS", "2"))
     torch.set_num_threads(n)
     keep_freed_memory()
+
+
+def cpu_model() -> str:
+    """The CPU's model name (MKL picks its kernels by CPU, not only by instruction set); '' where unknown."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor()
+
+
+def numeric_fingerprint() -> dict:
+    """What, besides the code, the inputs and the seed, decides the bits of a float result on this machine: the
+    torch build, the CPU kernels it dispatched to (ATEN_CPU_CAPABILITY can lower them), the thread count and the
+    MKL settings (rlhf/__init__.py). Two runs with the same fingerprint on one machine give the same bits; a
+    resumed stage refuses a snapshot taken under another fingerprint, and the audit's cache keys include it."""
+    return {"torch": torch.__version__, "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(),
+            **{k: os.environ.get(k) for k in ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_DYNAMIC", "OMP_DYNAMIC")}}
 
 
 def keep_freed_memory(threshold: int = 1 << 30) -> bool:

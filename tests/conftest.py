@@ -1,5 +1,6 @@
 import os
 
+import rlhf  # noqa: F401  (numeric environment before torch computes: rlhf/__init__.py)
 import torch
 from hypothesis import HealthCheck, settings
 

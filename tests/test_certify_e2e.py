@@ -67,6 +67,9 @@ def test_outputs_are_portable_and_hold_no_timings(certified, tiny_world):
     assert "audit.certify" in config["command"] and "--task" in config["command"]
     assert len(config["code_sha256"]) == 64
     assert config["package_versions"]["torch"] and config["package_versions"]["safetensors"]
+    from rlhf.common import numeric_fingerprint
+    assert config["numeric"] == numeric_fingerprint()       # what decides the float bits, with the evidence
+    assert config["numeric"]["MKL_CBWR"] and config["numeric"]["threads"] >= 1
     assert ev["meta"]["task_dir"] == str((tiny_world / "task").resolve())
     diag = next(c for c in ev["claims"] if c["id"] == "diagnostic.flags_families")
     assert diag["details"]["diagnostic_elapsed_s"] is not None          # durations: evidence only

@@ -20,12 +20,21 @@ def _prompts(n=12, seed=0):
 
 
 def test_fast_sampling_matches_naive_logits_and_tokens():
+    """The two paths compute the same logits by other float operations, so they draw the same token wherever the
+    Gumbel-perturbed argmax is not a tie within float rounding: rows whose top-two margin is clear (> 1e-3,
+    far above the paths' 1e-5 logit differences) must agree on every CPU; a row with a near-tie may not."""
     torch.manual_seed(1)
     pol = Policy().eval()
     prompts = _prompts()
     fast = sample(pol, prompts, 4, 1.0, torch.Generator().manual_seed(3))
     naive = sample_naive(pol, prompts, 4, 1.0, torch.Generator().manual_seed(3))
-    assert torch.equal(fast, naive)
+    uniforms = M.draw_uniforms(len(naive), torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = pol(torch.cat([prompts.repeat_interleave(4, 0), naive], 1))[:, 5:13]     # logits that drew naive
+    perturbed = (full + M.gumbel(uniforms).transpose(0, 1)).topk(2, -1).values
+    clear = ((perturbed[..., 0] - perturbed[..., 1]) > 1e-3).all(1)
+    assert clear.float().mean() > 0.9                      # the check is not vacuous
+    assert torch.equal(fast[clear], naive[clear])
     # the cached incremental logits equal a full recompute at every position
     seq = torch.cat([prompts.repeat_interleave(4, 0), fast], 1)
     full = pol(seq)

@@ -69,13 +69,37 @@ def test_resume_after_a_crash_gives_the_uninterrupted_result(tiny_world, tiny_ru
         train_own(task.root, posts, TINY, tmp_path / "resumed", quiet=True)
     assert (tmp_path / "resumed" / "resume.pt").exists() and not (tmp_path / "resumed" / "train_log.json").exists()
     monkeypatch.setattr(train_rl.RLTrainer, "step", real_step)
+    import random
+    torch.manual_seed(123), np.random.seed(5), random.seed(7)   # a resuming process has another history
     resumed = train_own(task.root, posts, TINY, tmp_path / "resumed", quiet=True)
     a, _ = load_policy(tmp_path / "whole")
     b, _ = load_policy(tmp_path / "resumed")
     for (n, p), (_, q) in zip(a.state_dict().items(), b.state_dict().items()):
-        assert torch.equal(p, q), n
+        assert torch.equal(p, q), n       # one machine, one numeric fingerprint: bit for bit by construction
     assert resumed["curve"] == whole["curve"] and resumed["rows"] == whole["rows"]
     assert not (tmp_path / "resumed" / "resume.pt").exists()
+
+
+def test_a_snapshot_from_other_numerics_or_config_is_not_continued(tiny_world, tiny_rubrics, tmp_path, monkeypatch):
+    """A snapshot taken under another numeric fingerprint (threads, CPU kernels, MKL mode) or another config
+    would splice two runs' bits into one policy: the run starts over instead, and says so."""
+    import audit.train as T
+    task, rub = tiny_rubrics
+    posts = {f: r.posterior for f, r in rub.items()}
+    cfg = dataclasses.replace(TINY, steps=8)
+    work = tmp_path / "w"
+    snap = T._snapshot(T.RLTrainer(T.rl_config(task.root, cfg), reward_fn=lambda *a: None), cfg,
+                       {"step": 4, "rows": [], "curve": [], "acc": [], "elapsed_s": 0.0})
+    said = []
+    for what, tweak in (("numeric", {"numeric": {**snap["numeric"], "threads": snap["numeric"]["threads"] + 1}}),
+                        ("config", {"config": {**snap["config"], "lr": 0.5}})):
+        work.mkdir(exist_ok=True)
+        torch.save({**snap, **tweak}, work / "resume.pt")
+        assert T._load_snapshot(work / "resume.pt", cfg, said.append) is None
+        assert f"taken under another {what}" in said[-1]
+    log = train_own(task.root, posts, cfg, work, quiet=True, say=said.append)
+    assert [r["step"] for r in log["rows"]] == [4, 8] and log["curve"][0]["step"] == 0     # started at step 0
+    assert T._load_snapshot(work / "resume.pt", cfg) is None                                # and finished
 
 
 def test_certification_is_honest_when_the_reward_rubric_has_wrong_entries(tiny_world, tmp_path):

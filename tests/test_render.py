@@ -348,3 +348,37 @@ def test_render_stages_temp_files_and_cleans_up(tmp_path):
     out = tmp_path / "out"
     assert not (out / ".staging").exists() and _leftovers(out) == []
     assert oct((out / "answer.json").stat().st_mode & 0o777) != oct(0o600)   # not mkstemp's private mode
+
+
+def test_measured_numbers_carry_four_decimals_and_experiments_are_a_table(tmp_path):
+    """Estimates, CIs and every other measured number are rounded to 4 decimals (the schema says so); the
+    recipe is configuration and stays exact; the summary's experiments are a table, not raw JSON."""
+    doc = full_evidence()
+    ship = doc["claims"][0]["details"]
+    ship["certification"].update(estimated_true_quality=0.98861234567, ci95=[0.97812345678, 0.99912345678])
+    ship["recipe"]["lr"] = 0.000123456789
+    ship["dev_eval"]["kl_mean"] = 14.123456789
+    diag = next(c for c in doc["claims"] if c["id"] == "diagnostic.flags_families")
+    diag["details"]["experiment"]["results"] = {"auroc": 0.987654321, "steps": 60, "passes": True, "name": "a|b"}
+    ans, summary = do_render(tmp_path, doc)
+    cert = ans["certification"]
+    assert cert["estimated_true_quality"] == 0.9886 and cert["ci95"] == [0.9781, 0.9991]
+    assert ans["dev_eval"]["kl_mean"] == 14.1235 and ans["recipe"]["lr"] == 0.000123456789
+
+    def floats(x, path=""):
+        if isinstance(x, float):
+            yield path, x
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                yield from floats(v, f"{path}/{k}")
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                yield from floats(v, f"{path}/{i}")
+    loose = [(p, v) for p, v in floats({k: v for k, v in ans.items() if k != "recipe"}) if round(v, 4) != v]
+    assert not loose
+    assert "0.987654321" not in summary and "`{" not in summary.split("## Experiments")[1]
+    section = summary.split("## Experiments")[1]
+    assert "| experiment | result | value |" in section
+    assert re.search(r"\| diagnostic-validation \(exp/diag.json\) \| auroc \| 0\.9877 \|", section)
+    assert re.search(r"\|\s+\| steps \| 60 \|", section) and re.search(r"\|\s+\| passes \| yes \|", section)
+    assert "a\\|b" in section

@@ -1,8 +1,8 @@
-"""The world zoo (world/zoo.py): every variant's knobs reach the oracle, the default path stays byte-identical,
+"""The world zoo (world/zoo.py): every variant's knobs reach the oracle, the default path draws what it drew,
 and zoo-check's picture logic (world/zoo_check.py) passes and fails where SPEC's picture says it should."""
 import dataclasses
-import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,32 +11,46 @@ import torch
 from rlhf.data import read_jsonl
 from rlhf.model import Policy, default_config
 from rlhf.vocab import FAMILIES
+from tests.pins import pins
 from world.config import load_world_config, preset
 from world.crowd import crowd_batch
 from world.truth import demonstrations, make_truth
 from world.zoo import VARIANTS, zoo_config
 from world.zoo_check import picture
 
-# sha256 of a tiny seed-0 build (the zoo's default path draws the same random numbers in the same order as the code
-# before it, commit 122c747; the tiny preset's SFT then grew to 1500 demos x 20 epochs for the own-policy
-# tests). A deliberate change to the generator updates these; anything else is a bug.
-TINY_SEED0 = {
-    "oracle/truth.json": "9bdfb8efb6693cb0e940d5b8ce8c5a169f02a0fb610452ab9144c3b524c95de6",
-    "oracle/corruption.json": "d1dd86d3bbd776011d1c9c4f78d15a4876382ed7449aa646f54650c4d41865e9",
-    "oracle/crowd_full.jsonl": "4ebf9139fdd837decdce9eb0d75b2733cb5b250fe4e7e82bd572ec0b0e84fe04",
-    "task/data/gold_calib.jsonl": "17d58d69cc0981bd87ab1e403159efd978dfa2689321162840b980b0c1022600",
-    "task/data/prompts_train.jsonl": "a374d7a880b9092e116e03ef37f6e9466322145397730503be57920fa939333a",
-    "task/data/prompts_dev.jsonl": "5d6ead4cfed1d40de9ff1e54166b72049807cd4b17a6333aa1c9f72d90a10c1a",
-    "task/policy/policy.safetensors": "e5d2c1bc4cc3122367c7c6c6c7eaefac82e58dbb72bf2ef22d6f5a16f1e445d2",
-    "task/reward_model/rm.safetensors": "abd4899c8c86123e80128b9a2693703a6537833b5c5710fe6836b7b8196cd7d8",
-    "task/reward_model/train.jsonl": "c85ffccc90ecedef6be295e27b7091b7e73d34a4d02dcadc006edf26119eb61f",
-    "task/runs/kl002-s1500/policy.safetensors": "bf92ff5202bde058297b71b9b42eb1e4ffbac0362dfb0a5af211c35d90d95866",
-}
+PINS = Path(__file__).parent / "data" / "tiny_seed0_pins.json"
+# A token of a policy-sampled file flips only where two Gumbel-perturbed logits of the reference policy tie within
+# the rounding of another CPU's kernels: a few in 10^5 draws at most (measured: 0 of the ~16,000 tiny-build tokens
+# under ATEN_CPU_CAPABILITY=default and avx2). 1% leaves room for another CPU, while a change to the generator
+# (other draws, or the same draws in another order) leaves most tokens different.
+MIN_TOKEN_AGREEMENT = 0.99
 
 
-def test_default_tiny_build_is_byte_identical_to_before_the_zoo(tiny_world):
-    got = {f: hashlib.sha256((tiny_world / f).read_bytes()).hexdigest() for f in TINY_SEED0}
-    assert got == TINY_SEED0
+def test_default_tiny_build_draws_what_it_drew_before_the_zoo(tiny_world):
+    """The zoo's default path draws the same random numbers in the same order as the code before it (commit
+    122c747; the tiny preset's SFT then grew to 1500 demos x 20 epochs). What the seed alone decides is pinned
+    by bytes; what passes through the trained reference policy is compared by meaning (tests/pins.py says why
+    each holds on any CPU). Trained weights are not pinned at all: test_world checks what they do."""
+    want, got = json.loads(PINS.read_text()), pins(tiny_world)
+    for key in ("seed_only_sha256", "gold_keys_sha256", "crowd_keys_sha256", "qa_ids_sha256",
+                "corruption_params_sha256"):
+        assert got[key] == want[key], key
+    for name in ("gold", "crowd"):
+        rows_now, rows_pinned = got[f"{name}_rows"], want[f"{name}_rows"]
+        assert rows_now.keys() == rows_pinned.keys()
+        same_tokens = same_rows = 0
+        for rid, (resp, label) in rows_pinned.items():
+            now_resp, now_label = rows_now[rid]
+            same_tokens += sum(a == b for a, b in zip(resp, now_resp))
+            if now_resp == resp:
+                same_rows += 1
+                assert now_label == label, (name, rid)      # tokens + seed-only noise: the same float ops
+        assert same_tokens / (8 * len(rows_pinned)) >= MIN_TOKEN_AGREEMENT, (name, same_tokens)
+    lut_now, lut_pinned = got["wrong_lut"], want["wrong_lut"]
+    assert {f for f, v in lut_now.items() if v} == {f for f, v in lut_pinned.items() if v}
+    entries = [(a == b) for f, v in lut_pinned.items() if v for ra, rb in zip(v, lut_now[f]) for a, b in zip(ra, rb)]
+    # an entry is the token the policy produced most often among ~40 samples: a flipped sample can move a tie
+    assert np.mean(entries) >= 0.95, np.mean(entries)
     cfg = load_world_config(tiny_world)
     assert cfg == preset("tiny", 0) and cfg.variant == "canonical" and cfg.distractor == "one_two"
 
