@@ -7,6 +7,8 @@ byte-identical to an uninterrupted run's (no half-written or stale file), every 
 and temp files sit only in OUT/.staging. Every re-run reuses the cache (no stage cached before it starts is
 computed again). The last run completes; its answer.json and summary.md are byte-identical to the uninterrupted
 run's (`certified_tiny`, made in another OUT: paths, times and durations do not leak in) and OUT/.staging is gone.
+Byte identity holds on any machine because both runs are on the *same* one, under one numeric fingerprint (thread
+count, kernels, MKL's reproducible mode: docs/determinism.md); tests/kill_resume.py kills at many more drawn points.
 
 To keep `make test` short, the chain's OUT starts with one cache entry copied from the uninterrupted run: the
 diagnostic (the dearest stage on the tiny world, a third to a half of a run); every other stage is computed, and
