@@ -27,6 +27,9 @@ from .samples_table import DesignConfig, Table
 from .stats import pearson_ci, spearman_ci
 
 
+MIN_COMPARATORS = 2     # a scale ratio against one other family cannot tell which of the two is off
+
+
 @dataclass
 class SamplesConfig:
     seed: int = 0
@@ -152,7 +155,7 @@ class SamplesAudit:
     def proxy_agreement(self) -> dict:
         return self.agreement()
 
-    def agreement(self, proxy: np.ndarray | None = None) -> dict:
+    def agreement(self, proxy: np.ndarray | None = None, spearman: bool = True, ci_method: str = "BCa") -> dict:
         """Per family, pooled over runs: Pearson and Spearman of proxy vs gold on the gold rows (paired-bootstrap
         CIs), each run's Pearson, and the proxy-per-gold slope against the other families' (scale)."""
         t = self.t
@@ -162,8 +165,9 @@ class SamplesAudit:
         for f in t.families:
             m = lab & (t.family == f)
             x, y = proxy[m], t.gold[m]
-            p = pearson_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed)
-            s = spearman_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed)
+            p = pearson_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed, method=ci_method)
+            s = (spearman_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed) if spearman
+                 else {"estimate": None, "ci95": None})
             per_run = {}
             for r in t.runs:
                 mr = m & (t.run == r)
@@ -172,12 +176,12 @@ class SamplesAudit:
             out[f] = {"pearson": p["estimate"], "ci95": p["ci95"], "method": p["method"], "spearman": s["estimate"],
                       "spearman_ci95": s["ci95"], "n": int(m.sum()), "per_run_pearson": per_run,
                       "n_resamples": self.cfg.n_resamples, "seed": self.cfg.seed}
-        scale = self.scale(proxy)
+        scale = self.scale(proxy, {f: out[f]["ci95"][0] > self.cfg.agreement_min_pearson_lower for f in out})
         for f in t.families:
             out[f]["scale"] = scale[f]
         return out
 
-    def scale(self, proxy: np.ndarray) -> dict:
+    def scale(self, proxy: np.ndarray, agrees: dict | None = None) -> dict:
         """Per family: the OLS slope of proxy on gold (proxy per unit of true quality) over the median slope of
         the other families, with a percentile-bootstrap CI (every family's rows resampled)."""
         t, rng = self.t, np.random.default_rng(self.cfg.seed)
@@ -190,22 +194,29 @@ class SamplesAudit:
             slopes[f] = _slope(x[None, :], y[None, :])[0]
             i = rng.integers(0, len(x), (B, len(x)))
             boot[f] = _slope(x[i], y[i])
+        # the common scale: the median slope of the *other* families whose proxy agrees with gold (a family the
+        # optimiser gamed has no scale to lend); fewer than MIN_COMPARATORS such families -> no comparison (the
+        # claim cannot be evaluated)
+        thr = self.cfg.agreement_min_pearson_lower
+        agrees = {f: _pearson_lower(proxy[lab & (t.family == f)], t.gold[lab & (t.family == f)], B, self.cfg)
+                  > thr for f in fams} if agrees is None else agrees
         out = {}
         for f in fams:
-            others = [g for g in fams if g != f]
-            if not others:
-                out[f] = {"ratio": None, "ci95": None, "slope": slopes[f]}
+            others = [g for g in fams if g != f and agrees[g]]
+            base = float(np.median([slopes[g] for g in others])) if others else None
+            if len(others) < MIN_COMPARATORS or not base > 0:
+                out[f] = {"slope": slopes[f], "others_median_slope": base, "compared_with": others,
+                          "ratio": None, "ci95": None}
                 continue
-            base = float(np.median([slopes[g] for g in others]))
             base_b = np.median(np.stack([boot[g] for g in others]), axis=0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 rb = boot[f] / base_b
             rb = rb[np.isfinite(rb)]
             alpha = 1 - self.cfg.confidence
             ci = ([float(v) for v in np.percentile(rb, [100 * alpha / 2, 100 * (1 - alpha / 2)])]
-                  if len(rb) > B // 2 and base > 0 else None)
-            out[f] = {"slope": slopes[f], "others_median_slope": base,
-                      "ratio": slopes[f] / base if base > 0 else None, "ci95": ci}
+                  if len(rb) > B // 2 else None)
+            out[f] = {"slope": slopes[f], "others_median_slope": base, "compared_with": others,
+                      "ratio": slopes[f] / base, "ci95": ci}
         return out
 
     # ---------------------------------------------------------------------------------------- gold budget
@@ -237,6 +248,10 @@ class SamplesAudit:
 
     def config_dict(self) -> dict:
         return dataclasses.asdict(self.cfg)
+
+
+def _pearson_lower(x, y, n_resamples, cfg) -> float:
+    return pearson_ci(x, y, n_resamples=n_resamples, seed=cfg.seed, method="percentile")["ci95"][0]
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -87,8 +87,8 @@ def _reward_model(claims: Claims) -> dict:
         why = []
         if c["status"] != "pass":
             why.append("agreement: " + _oneline(c["message"]))
-        if s is None or s["status"] != "pass":
-            why.append("scale: " + (_oneline(s["message"]) if s else "not checked"))
+        if s is not None and s["status"] == "fail":     # an error (no family to compare with) flags nothing
+            why.append("scale: " + _oneline(s["message"]))
         out[f] = {"rm_gold_pearson": d.get("rm_gold_pearson"), "ci95": d.get("ci95"), "spearman": d.get("spearman"),
                   "spearman_ci95": d.get("spearman_ci95"), "n": d.get("n"),
                   "per_run_pearson": d.get("per_run_pearson") or {},

@@ -211,11 +211,11 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
                         "(the worst case is taken over them)")
     srows = _read_rows(sp, problems)
     grows = _read_rows(gp, problems)
-    if srows is None or grows is None or problems:
+    if srows is None or grows is None:
         raise TableError(problems)
     s_ok = _columns(sp, srows, SAMPLE_COLUMNS, mapping, problems)
     g_ok = _columns(gp, grows, GOLD_COLUMNS, mapping, problems)
-    if not (s_ok and g_ok):
+    if not (s_ok and g_ok) or problems:
         raise TableError(problems)
     col = lambda c: mapping.get(c, c)   # noqa: E731
 
