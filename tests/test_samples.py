@@ -188,3 +188,13 @@ def test_end_to_end_on_a_world_export(tiny_world, tmp_path):
     ev = json.loads((out / "evidence.json").read_text())
     assert set(ev["meta"]["input_hashes"]) == {"samples.parquet", "gold.parquet"}
     assert not (out / ".staging").exists()
+
+
+def test_generic_modules_need_no_torch_or_task():
+    """The samples door's pieces are generic: importing them loads neither torch nor this task's model code."""
+    code = ("import sys, audit.ppi, audit.samples_table, audit.samples_audit, audit.samples_stress, "
+            "audit.samples_render, audit.samples_session, audit.samples; "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('world', 'rlhf.model', 'rlhf.data', "
+            "'audit.task', 'audit.rubric'))]; print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")          # nothing is downloaded: the model and tokenizer are built here
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
