@@ -24,11 +24,19 @@ import sys
 import time
 from pathlib import Path
 
-from .certify import _die_with_parent, refuse
+from .certify import _die_with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGING = ".staging"
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def refuse(lines, out: Path) -> int:
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    print(f"[samples] refused ({len(lines)} problem{'s' * (len(lines) != 1)}); nothing was written to {out}",
+          file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def parser() -> argparse.ArgumentParser:
