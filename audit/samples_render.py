@@ -132,7 +132,7 @@ def build_answer(doc: dict) -> dict:
         "corruption_stress": None if stress is None else {
             **{k: stress["details"].get(k) for k in ("examples", "kinds", "claims")},
             "check_status": stress["status"],
-            **({"check_message": _oneline(stress["message"])} if stress["status"] != "pass" else {})},
+            "check_message": _oneline(stress["message"]) if stress["status"] != "pass" else None},
         "precision": f"estimates, interval bounds, correlations, ratios and rates rounded to {DECIMALS} decimals",
         "checks": {"passed": statuses.count("pass"), "failed": statuses.count("fail") + statuses.count("error"),
                    "evidence": "evidence.json"},

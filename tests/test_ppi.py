@@ -1,11 +1,36 @@
 """audit.ppi against the ppi-python package (ppi_py) on the same inputs, and its limiting cases."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
 
 from audit.ppi import classical_mean, labels_to_halve, power_tuned_lambda, ppi_mean
 
-ppi_py = pytest.importorskip("ppi_py")
+# ppi_py pulls numba, scikit-learn and statsmodels (their own OpenMP runtimes) into the process that imports it;
+# the cross-check runs in a fresh interpreter so that the rest of the suite's torch runs stay as they were
+CROSSCHECK = r"""
+import sys, numpy as np, ppi_py
+from audit.ppi import classical_mean, ppi_mean
+rng = np.random.default_rng(20231101)
+bad = 0
+for k in range(300):
+    n, N = int(rng.integers(5, 200)), int(rng.integers(5, 3000))
+    slope, noise, offset = rng.uniform(-3, 8), rng.uniform(0.01, 0.5), rng.uniform(-2, 2)
+    x = rng.normal(0.3, 0.2, n + N)
+    y = x + rng.normal(0, noise, n + N)
+    f = offset + slope * x + rng.normal(0, 0.05, n + N)
+    y, fl, fu = y[:n], f[:n], f[n:]
+    pairs = [(ppi_mean(y, fl, fu)["ci95"], ppi_py.ppi_mean_ci(y, fl, fu, alpha=0.05)),
+             ([ppi_mean(y, fl, fu)["estimate"]] * 2, [ppi_py.ppi_mean_pointestimate(y, fl, fu)] * 2),
+             (classical_mean(y)["ci95"], ppi_py.classical_mean_ci(y, alpha=0.05))]
+    pairs += [(ppi_mean(y, fl, fu, lam=lam)["ci95"], ppi_py.ppi_mean_ci(y, fl, fu, alpha=0.05, lam=lam))
+              for lam in (0.0, 0.5, 1.0)]
+    for mine, theirs in pairs:
+        theirs = [float(np.ravel(v)[0]) for v in theirs]
+        if not np.allclose(mine, theirs, rtol=0, atol=1e-9):
+            bad += 1
+            print(k, n, N, slope, mine, theirs)
+print(f"{bad} mismatches")
+sys.exit(1 if bad else 0)
+"""
 
 
 def _data(seed, n, N, slope, noise, offset=0.0):
@@ -16,21 +41,17 @@ def _data(seed, n, N, slope, noise, offset=0.0):
     return y[:n], f[:n], f[n:]
 
 
-@given(seed=st.integers(0, 10_000), n=st.integers(5, 200), N=st.integers(5, 3000),
-       slope=st.floats(-3, 8), noise=st.floats(0.01, 0.5), offset=st.floats(-2, 2))
-def test_matches_ppi_py(seed, n, N, slope, noise, offset):
-    y, f, fu = _data(seed, n, N, slope, noise, offset)
-    mine = ppi_mean(y, f, fu)
-    lo, hi = ppi_py.ppi_mean_ci(y, f, fu, alpha=0.05)
-    assert mine["ci95"] == pytest.approx([float(np.ravel(lo)[0]), float(np.ravel(hi)[0])], abs=1e-9)
-    assert mine["estimate"] == pytest.approx(float(np.ravel(ppi_py.ppi_mean_pointestimate(y, f, fu))[0]), abs=1e-9)
-    c = classical_mean(y)
-    lo, hi = ppi_py.classical_mean_ci(y, alpha=0.05)
-    assert c["ci95"] == pytest.approx([float(lo), float(hi)], abs=1e-9)
-    for lam in (0.0, 0.5, 1.0):
-        lo, hi = ppi_py.ppi_mean_ci(y, f, fu, alpha=0.05, lam=lam)
-        assert ppi_mean(y, f, fu, lam=lam)["ci95"] == pytest.approx([float(np.ravel(lo)[0]),
-                                                                       float(np.ravel(hi)[0])], abs=1e-9)
+def test_matches_ppi_py():
+    """audit.ppi = ppi_py (estimate, power-tuned interval, fixed-lambda intervals, classical interval) on 300
+    drawn inputs: proxies of every scale and sign, 5-200 labelled rows, 5-3,000 unlabelled."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("ppi_py")
+    r = subprocess.run([sys.executable, "-c", CROSSCHECK], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "0 mismatches" in r.stdout
 
 
 def test_limits():

@@ -80,8 +80,9 @@ def label_gold(samples_path: Path, gold_path: Path, per_cell: int, rng: random.R
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--every", type=int, default=25, help="log a checkpoint's samples every N steps")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--every", type=int, default=50, help="log a checkpoint's samples every N steps")
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval-per-slice", type=int, default=150, help="held-out prompts per slice per checkpoint")
     ap.add_argument("--gold-per-cell", type=int, default=40, help="gold labels per checkpoint x slice")
     ap.add_argument("--seed", type=int, default=0)
@@ -103,7 +104,8 @@ def main(argv=None) -> int:
     held_out = prompts(a.eval_per_slice, rng, "eval")
     logger = SamplesTableCallback(held_out, trl_reward, tok, out / "samples.jsonl", every=a.every, seed=a.seed)
     cfg = GRPOConfig(output_dir=str(out / "trainer"), per_device_train_batch_size=32, num_generations=8,
-                     max_completion_length=6, learning_rate=3e-3, max_steps=a.steps, logging_steps=25,
+                     max_completion_length=6, learning_rate=a.lr, lr_scheduler_type="constant",
+                     max_steps=a.steps, logging_steps=50,
                      report_to="none", save_strategy="no", use_cpu=True, seed=a.seed, temperature=1.0,
                      disable_tqdm=True, dataloader_num_workers=0)
     trainer = GRPOTrainer(model=lm, reward_funcs=trl_reward, args=cfg, train_dataset=train,
