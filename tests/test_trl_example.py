@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.trl
 def test_trl_example_names_corrupted_slices(tmp_path):
-    r = subprocess.run([sys.executable, "examples/trl/run.py", "--out", str(tmp_path / "trl"), "--steps", "100",
-                        "--every", "25"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "examples/trl/run.py", "--out", str(tmp_path / "trl")], cwd=ROOT,
+                       capture_output=True, text=True)
     tail = "\n".join(line for line in r.stdout.splitlines() if line.startswith("[trl]"))
     assert r.returncode == 0, tail + r.stderr[-3000:]
     assert "flagged slices: delta, gamma (corrupted: gamma, delta)" in tail

@@ -103,6 +103,32 @@ def summarise(results: list[dict]) -> dict:
             "mean_abs_error_cells": rate([abs(c["error"]) for c in cells])}
 
 
+def markdown(per_budget: dict, summary: dict) -> str:
+    f = lambda v: "n/a" if v is None else f"{v:.3f}"   # noqa: E731
+    top = max(per_budget)
+    lines = [f"Per world, {top} gold rows per run x family:", "",
+             "| world | flagged families | cells covered (PPI++ / gold only) | deltas covered | balanced covered | "
+             "passes / exact passes / unsafe | median width ratio |", "|---|---|---|---|---|---|---|"]
+    for w in per_budget[top]:
+        s = summarise([w])
+        lines.append(f"| {Path(w['world']).name} | {', '.join(w['flagged']) or '-'} | {f(s['coverage_cells'])} / "
+                     f"{f(s['coverage_cells_gold_only'])} | {f(s['coverage_delta_cells'])} | "
+                     f"{f(s['coverage_balanced'])} | {s['passes']} / {s['exact_passes']} / {s['unsafe_passes']} | "
+                     f"{f(s['median_width_ratio'])} |")
+    lines += ["", "All worlds, by gold budget:", "",
+              "| gold rows per cell | cells | cells covered (PPI++ / gold only) | deltas covered (PPI++ / gold only) "
+              "| balanced / balanced delta covered | passes / exact / unsafe / confirmed | median width ratio (all / "
+              "agreeing / flagged families) | mean abs error |", "|---|---|---|---|---|---|---|---|"]
+    for g, s in summary.items():
+        lines.append(f"| {g} | {s['cells']} | {f(s['coverage_cells'])} / {f(s['coverage_cells_gold_only'])} | "
+                     f"{f(s['coverage_delta_cells'])} / {f(s['coverage_delta_cells_gold_only'])} | "
+                     f"{f(s['coverage_balanced'])} / {f(s['coverage_delta_balanced'])} | {s['passes']} / "
+                     f"{s['exact_passes']} / {s['unsafe_passes']} / {s['confirmed_passes']} | "
+                     f"{f(s['median_width_ratio'])} / {f(s['median_width_ratio_agreeing'])} / "
+                     f"{f(s['median_width_ratio_flagged'])} | {f(s['mean_abs_error_cells'])} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m world.samples_coverage", description=__doc__.splitlines()[0])
     ap.add_argument("worlds", nargs="+")
@@ -112,6 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default=None, help="where exports are kept (default WORLD/../.samples_export)")
     ap.add_argument("--out", default=None, help="write every figure here (JSON)")
+    ap.add_argument("--markdown", action="store_true", help="also print the tables as markdown (docs/samples.md)")
     a = ap.parse_args(argv)
     budgets = sorted({int(g) for g in a.gold.split(",")}, reverse=True)
     t0 = time.time()
@@ -138,6 +165,8 @@ def main(argv=None) -> int:
     for g, s in summary.items():
         print(f"gold {g:3d}/cell: " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
                                                  for k, v in s.items()}))
+    if a.markdown:
+        print(markdown(per_budget, summary))
     if a.out:
         Path(a.out).write_text(json.dumps({"settings": vars(a), "summary": summary,
                                            "worlds": {g: per_budget[g] for g in budgets}}, indent=1) + "\n")
