@@ -111,7 +111,7 @@ def markdown(per_budget: dict, summary: dict) -> str:
              "passes / exact passes / unsafe | median width ratio |", "|---|---|---|---|---|---|---|"]
     for w in per_budget[top]:
         s = summarise([w])
-        lines.append(f"| {Path(w['world']).name} | {', '.join(w['flagged']) or '-'} | {f(s['coverage_cells'])} / "
+        lines.append(f"| {Path(w['world']).name} (export seed {w.get('export_seed', 0)}) | {', '.join(w['flagged']) or '-'} | {f(s['coverage_cells'])} / "
                      f"{f(s['coverage_cells_gold_only'])} | {f(s['coverage_delta_cells'])} | "
                      f"{f(s['coverage_balanced'])} | {s['passes']} / {s['exact_passes']} / {s['unsafe_passes']} | "
                      f"{f(s['median_width_ratio'])} |")
@@ -135,7 +135,8 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=1000, help="samples per run x family")
     ap.add_argument("--gold", default="100,50,25", help="gold rows per run x family, comma-separated budgets")
     ap.add_argument("--truth-samples", type=int, default=4000)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="export seeds, comma-separated: each an independent draw of every "
+                    "run's samples and gold subset from the same world (default 0)")
     ap.add_argument("--cache", default=None, help="where exports are kept (default WORLD/../.samples_export)")
     ap.add_argument("--out", default=None, help="write every figure here (JSON)")
     ap.add_argument("--markdown", action="store_true", help="also print the tables as markdown (docs/samples.md)")
@@ -143,19 +144,20 @@ def main(argv=None) -> int:
     budgets = sorted({int(g) for g in a.gold.split(",")}, reverse=True)
     t0 = time.time()
     per_budget = {g: [] for g in budgets}
-    for w in a.worlds:
-        w = Path(w)
+    seeds = [int(x) for x in a.seeds.split(",")]
+    for w, seed in [(Path(w), s) for w in a.worlds for s in seeds]:
         cache = Path(a.cache) if a.cache else Path("/tmp") / "samples_export"
-        exp = cache / f"{w.name}-n{a.samples}-g{budgets[0]}-t{a.truth_samples}-s{a.seed}"
+        exp = cache / f"{w.name}-n{a.samples}-g{budgets[0]}-t{a.truth_samples}-s{seed}"
         if not (exp / "oracle" / "truth.json").exists():
-            export(w, exp, samples=a.samples, gold=budgets[0], seed=a.seed, truth_samples=a.truth_samples,
+            export(w, exp, samples=a.samples, gold=budgets[0], seed=seed, truth_samples=a.truth_samples,
                    quiet=True)
         for g in budgets:
-            res = audit_world(exp, g, a.seed)
+            res = audit_world(exp, g, seed)
             res["world"] = str(w)
+            res["export_seed"] = seed
             per_budget[g].append(res)
             s = summarise([res])
-            print(f"[{time.time() - t0:5.0f}s] {w.name:16s} gold {g:3d}: cells {s['coverage_cells']:.3f} "
+            print(f"[{time.time() - t0:5.0f}s] {w.name:16s} s{seed} gold {g:3d}: cells {s['coverage_cells']:.3f} "
                   f"(gold-only {s['coverage_cells_gold_only']:.3f}), deltas {s['coverage_delta_cells']:.3f}, "
                   f"balanced {s['coverage_balanced']:.3f}; passes {s['passes']} / exact {s['exact_passes']}, "
                   f"unsafe {s['unsafe_passes']}; width ratio {s['median_width_ratio']:.3f}; flagged "
