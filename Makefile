@@ -10,13 +10,18 @@ STRESS  ?=
 CAP     ?= default
 MKL     ?=
 TESTS   ?= tests
+SAMPLES ?=
+GOLD    ?=
+REFERENCE ?=
 
-.PHONY: help install test test-cpu bench world certify calibrate grade clean
+.PHONY: help install test test-cpu test-trl bench world certify calibrate grade clean
 
 help:
 	@echo "make certify   audit the canonical world (built if missing) -> $(OUT)/answer.json, summary.md"
+	@echo "make certify SAMPLES=f GOLD=f [REFERENCE=run]  audit runs from their logged samples (docs/samples.md)"
 	@echo "make test      unit, property and end-to-end tests on the tiny world"
 	@echo "make test-cpu  the tests under another CPU's kernels: CAP=default|avx2|avx512 [MKL=AVX2|AVX512] [TESTS=...]"
+	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl, ~5 min)"
 	@echo "make bench     RL step speed: fast path vs the naive reference path"
 	@echo "make world     build the canonical world into $(WORLD) (seed $(SEED))"
 	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
@@ -39,6 +44,10 @@ test: $(STAMP)
 test-cpu: $(STAMP)
 	ATEN_CPU_CAPABILITY=$(CAP) $(if $(MKL),MKL_ENABLE_INSTRUCTIONS=$(MKL)) $(PY) -m pytest -q $(TESTS)
 
+test-trl: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[trl]"
+	$(PY) -m pytest -q -m trl tests/test_trl_example.py
+
 bench: $(STAMP)
 	$(PY) -m rlhf.bench --steps 20
 
@@ -46,8 +55,12 @@ world: $(STAMP)
 	@test -f $(WORLD)/oracle/world.json || $(PY) -m world build --out $(WORLD) --seed $(SEED)
 
 certify: $(STAMP)
+ifneq ($(SAMPLES),)
+	$(PY) -m audit.samples --samples $(SAMPLES) --gold $(GOLD) --out $(OUT) --seed $(SEED)$(if $(REFERENCE), --reference $(REFERENCE))
+else
 	@if [ "$(TASK)" = "$(WORLD)/task" ]; then $(MAKE) --no-print-directory world; fi
 	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)$(if $(filter 1 yes true,$(STRICT)), --fail-if-not-certified)$(if $(STRESS), --stress-examples $(STRESS))
+endif
 
 calibrate: world
 	$(PY) -m world calibrate $(WORLD)

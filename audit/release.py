@@ -25,14 +25,14 @@ class ReleaseRule:
     family_ci_lower_gt: float = -0.03     # (b) every family's change: CI lower bound must exceed this
     confidence: float = 0.95              # level of the CIs the rule is applied to (the caller computes them)
 
-    def describe(self) -> str:
+    def describe(self, ci_basis: str = "The intervals include the uncertainty of the recovered rubric, not only "
+                                       "prompt sampling.") -> str:
         pct = f"{100 * self.confidence:g}%"
         return (f"A candidate passes when (a) its balanced true-quality gain over the reference (the mean over "
                 f"the families, equally weighted) is at least {self.min_balanced_gain:g} and the lower bound of "
                 f"its {pct} confidence interval is above {self.balanced_ci_lower_gt:g}, and (b) no family is "
                 f"worse off: for every family, the lower bound of the {pct} confidence interval of its "
-                f"true-quality change is above {self.family_ci_lower_gt:g}. The intervals include the "
-                f"uncertainty of the recovered rubric, not only prompt sampling.")
+                f"true-quality change is above {self.family_ci_lower_gt:g}. {ci_basis}")
 
     def evaluate(self, balanced_delta: float, balanced_delta_ci, family_delta_ci: dict) -> dict:
         """Apply the rule. Returns {"passes", "reasons", "checks", "rule"}: when it fails, "reasons" lists every

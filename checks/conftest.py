@@ -27,6 +27,13 @@ def pytest_addoption(parser):
                 "passes its own), recorded in the evidence")
 
 
+def pytest_ignore_collect(collection_path, config):
+    # checks/samples/ holds the samples door's claims (python -m audit.samples): never part of a task's audit
+    if collection_path == Path(__file__).parent / "samples" and not config.getoption("--samples-settings", None):
+        return True
+    return None
+
+
 def pytest_sessionstart(session):
     """Provenance in the evidence (meta.config): what ran, with which code and which packages."""
     from checks.evidence_plugin import recorder_of

@@ -24,6 +24,10 @@ def _knob_flags(a) -> dict:
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["export-samples"]:     # its own parser: python -m world export-samples --help
+        from .export_samples import main as export_samples
+        sys.exit(export_samples(argv[1:]))
     ap = argparse.ArgumentParser(prog="python -m world", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build a world: DIR/task and DIR/oracle")
@@ -58,6 +62,8 @@ def main(argv=None):
     z.add_argument("world")
     z.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo true-quality estimates")
     z.add_argument("--json", default=None, help="also write the figures and verdicts as JSON here")
+    sub.add_parser("export-samples", help="a built world's runs as a samples table (python -m audit.samples), "
+                   "its oracle truth kept apart")
     g = sub.add_parser("grade", help="judge a certification output against the oracle")
     g.add_argument("--world", required=True)
     g.add_argument("--submission", required=True)

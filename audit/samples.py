@@ -1,0 +1,166 @@
+"""python -m audit.samples --samples FILE --gold FILE --out DIR --reference RUN [--seed 0]: certify runs from any
+trainer from their logged samples (SPEC §4; docs/samples.md).
+
+Reads a samples table (sample_id, run, family, prompt_id, completion, proxy_reward; optional prompt, step) and a
+gold table (sample_id, gold), JSONL, CSV or Parquet; validates both and the sampling design first (nothing
+expensive, nothing written); then runs the claims in checks/samples/ with pytest (evidence.json) and renders
+OUT/answer.json, OUT/summary.md and OUT/figures/ from the evidence alone (audit.samples_render).
+
+Exit status (as audit.certify):
+  0  the audit ran and its report was rendered, whatever it found (a run that fails the release rule is a finding)
+  2  bad input or usage: one line per problem on stderr (file, line or row, column, what was expected); nothing
+     is written, not even OUT itself
+  1  an internal failure (the checks produced no evidence, or rendering failed); a previous answer.json is kept
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .certify import _die_with_parent
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGING = ".staging"
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def refuse(lines, out: Path) -> int:
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    print(f"[samples] refused ({len(lines)} problem{'s' * (len(lines) != 1)}); nothing was written to {out}",
+          file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m audit.samples", description=__doc__.splitlines()[0],
+                                 epilog="exit status: 0 the audit ran; 2 bad input or usage (nothing written); "
+                                        "1 internal failure. Schema and design: docs/samples.md")
+    ap.add_argument("--samples", required=True, help="samples table: .jsonl, .csv or .parquet")
+    ap.add_argument("--gold", required=True, help="gold labels of a random subset of every run x family's samples")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reference", default=None, help="the run every other run is compared with (default: a run "
+                    "named 'reference' when there is one)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the bootstraps and the corruption draws")
+    ap.add_argument("--column", action="append", default=[], metavar="NAME=COLUMN",
+                    help="read column NAME of the schema from COLUMN (repeatable), e.g. --column proxy_reward=score")
+    g = ap.add_argument_group("sampling design")
+    g.add_argument("--min-gold", type=int, default=10, help="gold rows needed per run x family (default 10)")
+    g.add_argument("--min-samples", type=int, default=20, help="samples needed per run x family (default 20)")
+    g.add_argument("--design-alpha", type=float, default=0.01,
+                   help="family-wise level of the gold rows' random-subset test over all cells (default 0.01)")
+    g.add_argument("--nonrandom-gold", choices=["refuse", "widen"], default="refuse",
+                   help="a cell whose gold rows fail the random-subset test: refuse (exit 2, default) or give it a "
+                        "worst-case interval over --gold-range")
+    g.add_argument("--gold-range", type=float, nargs=2, metavar=("LO", "HI"), default=None,
+                   help="the values a gold label can take (checked; needed by --nonrandom-gold widen)")
+    r = ap.add_argument_group("release rule (SPEC §3)")
+    r.add_argument("--min-gain", type=float, default=0.05, help="balanced gain over the reference (default 0.05)")
+    r.add_argument("--gain-ci-lower", type=float, default=0.0, help="its CI lower bound must exceed (default 0)")
+    r.add_argument("--family-ci-lower", type=float, default=-0.03,
+                   help="every family's change: CI lower bound must exceed (default -0.03)")
+    c = ap.add_argument_group("claims")
+    c.add_argument("--agreement-min-pearson", type=float, default=0.2,
+                   help="proxy agrees with gold on a family: Pearson CI lower bound above this (default 0.2)")
+    c.add_argument("--scale-max-ratio", type=float, default=2.0,
+                   help="proxy on a common scale: a family's proxy-per-gold slope within this factor of the others' "
+                        "(default 2)")
+    c.add_argument("--stress-examples", type=int, default=24,
+                   help="hypothesis-drawn proxy corruptions measuring each claim's detection rate (default 24)")
+    ap.add_argument("--no-figures", action="store_true")
+    return ap
+
+
+def settings(a) -> tuple[dict, list[str]]:
+    """The audit's settings as one JSON-able dict (the checks read it), and the usage problems found."""
+    problems, mapping = [], {}
+    for item in a.column:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip() or not v.strip():
+            problems.append(f"--column {item}: expected NAME=COLUMN")
+        else:
+            mapping[k.strip()] = v.strip()
+    if a.min_gold < 2:
+        problems.append(f"--min-gold {a.min_gold}: expected an integer >= 2")
+    if not 0 < a.design_alpha < 1:
+        problems.append(f"--design-alpha {a.design_alpha}: expected a number in (0, 1)")
+    if a.gold_range is not None and not a.gold_range[0] < a.gold_range[1]:
+        problems.append(f"--gold-range {a.gold_range[0]:g} {a.gold_range[1]:g}: expected LO < HI")
+    if a.stress_examples < 0:
+        problems.append(f"--stress-examples {a.stress_examples}: expected an integer >= 0")
+    return {"samples": str(Path(a.samples).resolve()), "gold": str(Path(a.gold).resolve()),
+            "reference": a.reference, "seed": a.seed, "mapping": mapping,
+            "design": {"min_samples": a.min_samples, "min_gold": a.min_gold, "alpha": a.design_alpha,
+                       "nonrandom_gold": a.nonrandom_gold, "gold_range": a.gold_range},
+            "release_rule": {"min_balanced_gain": a.min_gain, "balanced_ci_lower_gt": a.gain_ci_lower,
+                             "family_ci_lower_gt": a.family_ci_lower},
+            "agreement_min_pearson_lower": a.agreement_min_pearson, "scale_max_ratio": a.scale_max_ratio,
+            "stress_examples": a.stress_examples}, problems
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parser().parse_args(argv)
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        return refuse([f"--out {out}: exists and is not a directory"], out)
+    cfg, problems = settings(a)
+    if problems:
+        return refuse(problems, out)
+    from .samples_session import load_table
+    try:
+        table, reference = load_table(cfg)
+    except ValueError as e:
+        return refuse(getattr(e, "problems", [str(e)]), out)
+    cfg["reference"] = reference
+
+    t0 = time.time()
+    staging = out / STAGING
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+    except OSError as e:
+        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
+    settings_file, evidence = staging / "settings.json", staging / "evidence.json"
+    settings_file.write_text(json.dumps(cfg, indent=2))
+    n_gold = table.n_gold
+    print(f"[samples] {len(table.sample_id)} samples, {n_gold} gold rows, {len(table.runs)} runs x "
+          f"{len(table.families)} families; reference '{reference}'; running the claims in checks/samples/ "
+          f"(seed {a.seed})", flush=True)
+    command = shlex.join([Path(sys.executable).name, "-m", "audit.samples", *argv])
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "samples"), "-q", "-p", "no:cacheprovider",
+           "--rootdir", str(ROOT), "--samples-settings", str(settings_file), "--seed", str(a.seed),
+           "--evidence", str(evidence), "--audit-command", command, "-o", "console_output_style=count",
+           "--capture=sys"]
+    parent = os.getpid()
+    rc = subprocess.run(cmd, cwd=ROOT, preexec_fn=lambda: _die_with_parent(parent)).returncode
+    if not evidence.exists():
+        print(f"[samples] pytest exited {rc} without evidence: nothing rendered", file=sys.stderr)
+        return EXIT_INTERNAL
+    print("[samples] rendering answer.json, summary.md, figures/", flush=True)
+    from .samples_render import render
+    try:
+        answer = render(evidence, out, figures=not a.no_figures)
+    except Exception as e:   # noqa: BLE001 - report and keep the previous answer.json
+        print(f"[samples] rendering failed, previous outputs kept: {e}", file=sys.stderr)
+        return EXIT_INTERNAL
+    shutil.rmtree(staging, ignore_errors=True)
+    ship = answer["certification"]
+    print(f"[samples] wrote {out}/answer.json, summary.md, evidence.json, figures/ in {time.time() - t0:.0f}s; "
+          + (f"ship '{ship['run']}' (estimated true quality {ship['estimated_true_quality']:.4f})"
+             if ship["run"] else "no run passes the release rule: keep the reference")
+          + "; flagged families: " + (", ".join(f for f, m in answer["reward_model"].items() if m["flag"]) or "none"),
+          flush=True)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

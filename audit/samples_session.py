@@ -1,0 +1,42 @@
+"""The samples door's settings (one JSON dict, written by audit.samples and read by checks/samples/) turned into a
+validated table and a SamplesAudit; input hashes for the evidence."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .evidence import sha256_file
+from .release import ReleaseRule
+from .samples_audit import SamplesAudit, SamplesConfig
+from .samples_table import DesignConfig, load
+
+
+def design_config(settings: dict) -> DesignConfig:
+    d = dict(settings.get("design") or {})
+    if d.get("gold_range") is not None:
+        d["gold_range"] = tuple(d["gold_range"])
+    return DesignConfig(**d)
+
+
+def load_table(settings: dict):
+    """(table, reference run); raises audit.samples_table.TableError listing every problem."""
+    t = load(settings["samples"], settings["gold"], mapping=settings.get("mapping"),
+             reference=settings.get("reference"), design=design_config(settings))
+    return t, t.reference
+
+
+def samples_config(settings: dict) -> SamplesConfig:
+    return SamplesConfig(seed=int(settings.get("seed", 0)),
+                         release_rule=ReleaseRule(**(settings.get("release_rule") or {})),
+                         design=design_config(settings),
+                         agreement_min_pearson_lower=float(settings.get("agreement_min_pearson_lower", 0.2)),
+                         scale_max_ratio=float(settings.get("scale_max_ratio", 2.0)),
+                         stress_examples=int(settings.get("stress_examples", 24)))
+
+
+def open_audit(settings: dict) -> SamplesAudit:
+    table, reference = load_table(settings)
+    return SamplesAudit(table, reference, samples_config(settings))
+
+
+def input_hashes(settings: dict) -> dict:
+    return {Path(settings[k]).name: sha256_file(settings[k]) for k in ("samples", "gold")}

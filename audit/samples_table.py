@@ -1,0 +1,340 @@
+"""The samples front door's input: a samples table and a gold table (JSONL, CSV or Parquet), read, validated and
+checked against the sampling design that the intervals assume (docs/samples.md). Generic: a run, a family
+(slice) and a completion are opaque strings here; nothing depends on this project's tokens or checkpoints.
+
+samples: sample_id, run, family, prompt_id, completion, proxy_reward  (optional: prompt, step)
+gold:    sample_id, gold
+
+Design (what the intervals need): within every run x family cell, the gold rows are a simple random subset of
+the cell's samples, and the cell's samples are draws from the run's policy on the family's prompts. The audit
+tests what it can of that: the gold rows' proxy rewards must look like a random draw from their cell's rows
+(a two-sample Kolmogorov-Smirnov test of the gold rows' proxy against the cell's unlabelled rows, Bonferroni-
+corrected over the cells). A cell that fails is refused (exit 2), or, with nonrandom_gold="widen", given a
+worst-case interval over the label range the user states; never a guess.
+
+Every problem is one line naming the file, the line (or Parquet row) and the column, and what was expected.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_COLUMNS = ("sample_id", "run", "family", "prompt_id", "completion", "proxy_reward")
+OPTIONAL_COLUMNS = ("prompt", "step")
+GOLD_COLUMNS = ("sample_id", "gold")
+MAX_PER_FILE = 10
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+class TableError(ValueError):
+    """Bad input: `problems` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class DesignConfig:
+    min_samples: int = 20          # rows per run x family cell
+    min_gold: int = 10             # gold rows per run x family cell (the rectifier's sample)
+    alpha: float = 0.01            # family-wise level of the random-subset test over all cells (Bonferroni)
+    nonrandom_gold: str = "refuse"   # refuse | widen (worst-case interval over gold_range)
+    gold_range: tuple | None = None  # [lo, hi] every gold label can take; needed by "widen"
+
+
+@dataclass
+class Table:
+    samples_path: str
+    gold_path: str
+    sample_id: list
+    run: np.ndarray
+    family: np.ndarray
+    prompt_id: np.ndarray
+    completion: list
+    proxy: np.ndarray
+    gold: np.ndarray                # NaN where the row has no gold label
+    step: np.ndarray | None = None
+    runs: list = field(default_factory=list)
+    families: list = field(default_factory=list)
+    design: dict = field(default_factory=dict)     # (run, family) -> random-subset test result
+    reference: str | None = None
+
+    @property
+    def n_gold(self) -> int:
+        return int((~np.isnan(self.gold)).sum())
+
+    def cell(self, run: str, family: str) -> np.ndarray:
+        return np.flatnonzero((self.run == run) & (self.family == family))
+
+
+# --------------------------------------------------------------------------------------------------- reading
+def _read_rows(path: Path, problems: list[str]):
+    """[(location, {column: value})] of one file, or None when the file cannot be read at all."""
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        problems.append(f"{path}: unknown format '{path.suffix}': expected .jsonl, .csv or .parquet")
+        return None
+    if not path.is_file():
+        problems.append(f"{path}: file not found")
+        return None
+    rows, bad = [], 0
+    if fmt == "jsonl":
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for i, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    bad += 1
+                    if bad <= MAX_PER_FILE:
+                        problems.append(f"{path}:{i}: not valid JSON ({e.msg} at column {e.colno})")
+                    continue
+                if not isinstance(obj, dict):
+                    bad += 1
+                    if bad <= MAX_PER_FILE:
+                        problems.append(f"{path}:{i}: expected a JSON object per line, got {type(obj).__name__}")
+                    continue
+                rows.append((f"{path}:{i}", obj))
+        if bad > MAX_PER_FILE:
+            problems.append(f"{path}: ... and {bad - MAX_PER_FILE} more malformed lines")
+        return None if bad else rows
+    if fmt == "csv":
+        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+            reader = csv.DictReader(fh)
+            if reader.fieldnames is None:
+                problems.append(f"{path}: empty file: expected a header line")
+                return None
+            line = reader.line_num
+            for rec in reader:
+                if None in rec:
+                    problems.append(f"{path}:{line + 1}: more fields than the header's {len(reader.fieldnames)}")
+                    return None
+                rows.append((f"{path}:{line + 1}", {k: v for k, v in rec.items()}))
+                line = reader.line_num
+        return rows
+    try:
+        import pyarrow.parquet as pq
+        tab = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001 - any reader failure is the file's problem, named
+        problems.append(f"{path}: not a readable Parquet file ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+        return None
+    cols = tab.to_pydict()
+    names = list(cols)
+    return [(f"{path}: row {i}", {k: cols[k][i] for k in names}) for i in range(tab.num_rows)]
+
+
+def _columns(path, rows, required, mapping, problems) -> bool:
+    have = set()
+    for _, r in rows[:1]:
+        have = set(r)
+    ok = True
+    for c in required:
+        src = mapping.get(c, c)
+        if rows and src not in have:
+            hint = f" (mapped from --column {c}={src})" if c in mapping else f" (map another name with --column {c}=NAME)"
+            problems.append(f"{path}: column '{src}' missing{hint}; columns are: {', '.join(sorted(have)) or 'none'}")
+            ok = False
+    if not rows:
+        problems.append(f"{path}: no rows")
+        ok = False
+    return ok
+
+
+def _text(v):
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, float):
+        return str(int(v)) if math.isfinite(v) and v == int(v) else None
+    if isinstance(v, (int, str)):
+        s = str(v).strip()
+        return s or None
+    return None
+
+
+def _number(v):
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            return None
+    if isinstance(v, (int, float)):
+        v = float(v)
+        return v if math.isfinite(v) else None
+    return None
+
+
+def _completion(v):
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)) and all(isinstance(t, str) for t in v):
+        return " ".join(v)
+    return None
+
+
+class _Problems:
+    def __init__(self, path, problems):
+        self.path, self.problems, self.n = path, problems, 0
+
+    def add(self, text):
+        self.n += 1
+        if self.n <= MAX_PER_FILE:
+            self.problems.append(text)
+
+    def close(self):
+        if self.n > MAX_PER_FILE:
+            self.problems.append(f"{self.path}: ... and {self.n - MAX_PER_FILE} more problems")
+
+
+def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str | None = None,
+         design: DesignConfig | None = None) -> Table:
+    """Read and validate both files; raise TableError listing every problem (at most 10 per file)."""
+    mapping, design = dict(mapping or {}), design or DesignConfig()
+    sp, gp = Path(samples_path), Path(gold_path)
+    problems: list[str] = []
+    unknown = sorted(set(mapping) - set(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + GOLD_COLUMNS))
+    for k in unknown:
+        problems.append(f"--column {k}={mapping[k]}: unknown column '{k}'; expected one of "
+                        f"{', '.join(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + ('gold',))}")
+    if design.nonrandom_gold not in ("refuse", "widen"):
+        problems.append(f"--nonrandom-gold {design.nonrandom_gold}: expected refuse or widen")
+    if design.nonrandom_gold == "widen" and design.gold_range is None:
+        problems.append("--nonrandom-gold widen needs --gold-range LO HI: the values every gold label can take "
+                        "(the worst case is taken over them)")
+    srows = _read_rows(sp, problems)
+    grows = _read_rows(gp, problems)
+    if srows is None or grows is None:
+        raise TableError(problems)
+    s_ok = _columns(sp, srows, SAMPLE_COLUMNS, mapping, problems)
+    g_ok = _columns(gp, grows, GOLD_COLUMNS, mapping, problems)
+    if not (s_ok and g_ok) or problems:
+        raise TableError(problems)
+    col = lambda c: mapping.get(c, c)   # noqa: E731
+
+    sid, run, fam, pid, comp, proxy, step, where = [], [], [], [], [], [], [], {}
+    has_step = col("step") in srows[0][1]
+    pr = _Problems(sp, problems)
+    for loc, r in srows:
+        ok = True
+        vals = {}
+        for c in ("sample_id", "run", "family", "prompt_id"):
+            vals[c] = _text(r.get(col(c)))
+            if vals[c] is None:
+                pr.add(f"{loc}: column '{col(c)}': expected a non-empty string or integer id, got {r.get(col(c))!r}")
+                ok = False
+        vals["completion"] = _completion(r.get(col("completion")))
+        if vals["completion"] is None:
+            pr.add(f"{loc}: column '{col('completion')}': expected a string (or a list of token strings), "
+                   f"got {type(r.get(col('completion'))).__name__}")
+            ok = False
+        vals["proxy"] = _number(r.get(col("proxy_reward")))
+        if vals["proxy"] is None:
+            pr.add(f"{loc}: column '{col('proxy_reward')}': expected a finite number, got {r.get(col('proxy_reward'))!r}")
+            ok = False
+        st = None
+        if has_step and r.get(col("step")) not in (None, ""):
+            st = _number(r.get(col("step")))
+            if st is None:
+                pr.add(f"{loc}: column '{col('step')}': expected a number, got {r.get(col('step'))!r}")
+                ok = False
+        if ok and vals["sample_id"] in where:
+            pr.add(f"{loc}: column '{col('sample_id')}': duplicate id {vals['sample_id']!r} "
+                   f"(first at {where[vals['sample_id']]})")
+            ok = False
+        if not ok:
+            continue
+        where[vals["sample_id"]] = loc
+        sid.append(vals["sample_id"]), run.append(vals["run"]), fam.append(vals["family"])
+        pid.append(vals["prompt_id"]), comp.append(vals["completion"]), proxy.append(vals["proxy"])
+        step.append(np.nan if st is None else st)
+    pr.close()
+
+    index = {s: i for i, s in enumerate(sid)}
+    gold = np.full(len(sid), np.nan)
+    gseen = {}
+    pg = _Problems(gp, problems)
+    for loc, r in grows:
+        s = _text(r.get(col("sample_id")))
+        y = _number(r.get(col("gold")))
+        if s is None:
+            pg.add(f"{loc}: column '{col('sample_id')}': expected a non-empty string or integer id, "
+                   f"got {r.get(col('sample_id'))!r}")
+            continue
+        if y is None:
+            pg.add(f"{loc}: column '{col('gold')}': expected a finite number, got {r.get(col('gold'))!r}")
+            continue
+        if s in gseen:
+            pg.add(f"{loc}: column '{col('sample_id')}': duplicate gold label for {s!r} (first at {gseen[s]})")
+            continue
+        gseen[s] = loc
+        if s not in index:
+            if s not in where:   # a samples row that had its own problem is already named
+                pg.add(f"{loc}: column '{col('sample_id')}': {s!r} is not a sample_id of {sp}")
+            continue
+        if design.gold_range is not None and not (design.gold_range[0] <= y <= design.gold_range[1]):
+            pg.add(f"{loc}: column '{col('gold')}': {y} outside --gold-range {design.gold_range[0]:g} "
+                   f"{design.gold_range[1]:g}")
+            continue
+        gold[index[s]] = y
+    pg.close()
+    if problems:
+        raise TableError(problems)
+
+    t = Table(str(sp), str(gp), sid, np.array(run, dtype=object), np.array(fam, dtype=object),
+              np.array(pid, dtype=object), comp, np.array(proxy, float), gold,
+              np.array(step, float) if has_step else None)
+    t.runs = list(dict.fromkeys(run))
+    t.families = sorted(set(fam))
+    if reference is None and "reference" in t.runs:
+        reference = "reference"
+    t.reference = reference
+    _check_design(t, reference, design, problems)
+    if problems:
+        raise TableError(problems)
+    return t
+
+
+def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]) -> None:
+    """Cells complete and large enough, the reference present, the gold rows a random subset of their cell."""
+    from scipy import stats
+    if reference is None:
+        problems.append(f"--reference: not given; the runs in {t.samples_path} are: {', '.join(t.runs)}")
+    elif reference not in t.runs:
+        problems.append(f"--reference {reference}: no such run in {t.samples_path}; runs are: {', '.join(t.runs)}")
+    cells = [(r, f) for r in t.runs for f in t.families]
+    level = design.alpha / max(1, len(cells))
+    for r, f in cells:
+        idx = t.cell(r, f)
+        g = idx[~np.isnan(t.gold[idx])]
+        u = idx[np.isnan(t.gold[idx])]
+        where = f"run '{r}' family '{f}'"
+        if len(idx) < design.min_samples:
+            problems.append(f"{t.samples_path}: {where}: {len(idx)} samples, expected at least {design.min_samples} "
+                            "(every run needs samples of every family)")
+            continue
+        if len(g) < design.min_gold:
+            problems.append(f"{t.gold_path}: {where}: {len(g)} gold rows, expected at least {design.min_gold} (a "
+                            "random subset of every run x family cell)")
+            continue
+        if len(u) == 0:
+            t.design[(r, f)] = {"p_value": None, "level": level, "random": True, "n_gold": len(g), "n_unlabeled": 0,
+                                "test": "none: every row labelled"}
+            continue
+        p = float(stats.ks_2samp(t.proxy[g], t.proxy[u]).pvalue)
+        ok = p >= level
+        t.design[(r, f)] = {"p_value": p, "level": level, "random": ok, "n_gold": len(g), "n_unlabeled": len(u),
+                            "test": "two-sample Kolmogorov-Smirnov, gold rows' proxy vs the cell's unlabelled rows"}
+        if not ok and design.nonrandom_gold == "refuse":
+            problems.append(f"{t.gold_path}: {where}: the {len(g)} gold rows' proxy_reward is not distributed like "
+                            f"the cell's other {len(u)} rows (KS p = {p:.2g} < {level:.2g}, i.e. {design.alpha:g} "
+                            f"over {len(cells)} cells): the gold rows are not a random subset (docs/samples.md); "
+                            "relabel a random subset, or pass --nonrandom-gold widen --gold-range LO HI for "
+                            "worst-case intervals")

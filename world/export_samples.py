@@ -1,0 +1,121 @@
+"""python -m world export-samples WORLD --out DIR: a built world's runs as a samples table (SPEC §4), the ground
+truth for the samples front door (python -m audit.samples).
+
+For the reference policy and every shipped run, `--samples` fresh prompts per family (uniform attributes) and one
+temperature-1.0 sample each, scored by the task's RM (proxy_reward); a simple random subset of `--gold` rows per
+run x family labelled by the world's experts (the rubric's match fraction + the world's expert noise). The exact
+true quality of every run x family (the oracle rubric on `--truth-samples` further fresh samples a family, with
+its Monte-Carlo standard error; and the exact mean of the exported rows themselves) is written apart, to
+DIR/oracle/truth.json: the audit never reads it (grading only: world/samples_coverage.py).
+
+    DIR/samples.{jsonl,csv,parquet}   sample_id, run, family, prompt_id, prompt, completion, proxy_reward
+    DIR/gold.{jsonl,csv,parquet}      sample_id, gold
+    DIR/oracle/truth.json             {"runs": {run: {"per_family": {f: q}, "se": {f: se}, "balanced": q,
+                                                      "rows_mean": {f: q}}}, "reference": "reference", ...}
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlhf.common import setup_torch
+from rlhf.data import prompts_tensor
+from rlhf.model import load_policy
+from rlhf.reward_model import load_rm, score
+from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
+
+from .config import RUNS, load_world_config
+from .truth import load_truth, match_fraction, policy_samples, random_prompt_records, true_quality
+
+REFERENCE = "reference"
+
+
+def write_table(rows: list[dict], path: Path) -> None:
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return
+    import pyarrow as pa
+    tab = pa.Table.from_pylist(rows)
+    if path.suffix == ".csv":
+        import pyarrow.csv as pc
+        pc.write_csv(tab, path)
+    else:
+        import pyarrow.parquet as pq
+        pq.write_table(tab, path)
+
+
+def export(world, out, *, samples: int = 1000, gold: int = 100, seed: int = 0, truth_samples: int = 4000,
+           fmt: str = "jsonl", runs=None, quiet: bool = False) -> dict:
+    setup_torch()
+    world, out = Path(world), Path(out)
+    task = world / "task"
+    truth = load_truth(world)
+    noise = json.loads((world / "oracle" / "truth.json").read_text())["expert_noise_sd"]
+    rm, _ = load_rm(task / "reward_model")
+    rng = np.random.default_rng(seed)
+    names = [REFERENCE] + [r[0] for r in RUNS if (task / "runs" / r[0]).is_dir()]
+    if runs:
+        names = [n for n in names if n in runs]
+    srows, grows, oracle = [], [], {}
+    t0 = time.time()
+    for k, name in enumerate(names):
+        pol, _ = load_policy(task / "policy" if name == REFERENCE else task / "runs" / name)
+        rows_mean = {}
+        for j, f in enumerate(FAMILIES):
+            recs = random_prompt_records(f, samples, rng, f"{name}-{f}")
+            attrs, resp = policy_samples(pol, recs, 1, 1.0, seed * 1_000_003 + k * 101 + j)
+            proxy = score(rm, prompts_tensor(recs), torch.as_tensor(resp + CONTENT0)).numpy()
+            q = match_fraction(truth[f]["assign"], truth[f]["lut"], attrs, resp)
+            rows_mean[f] = float(q.mean())
+            labelled = set(rng.choice(samples, size=min(gold, samples), replace=False).tolist())
+            for i, (rec, rr) in enumerate(zip(recs, resp)):
+                sid = f"{name}/{f}/{i}"
+                srows.append({"sample_id": sid, "run": name, "family": f, "prompt_id": rec["id"],
+                              "prompt": " ".join([f"<{f}>"] + [f"v{a}" for a in rec["attrs"]]),
+                              "completion": " ".join(CONTENT[t] for t in rr), "proxy_reward": round(float(proxy[i]), 6)})
+                if i in labelled:
+                    grows.append({"sample_id": sid, "gold": round(float(q[i] + rng.normal(0, noise)), 5)})
+        tq = true_quality(pol, truth, truth_samples, seed=seed * 31 + k + 7)
+        oracle[name] = {**tq, "rows_mean": rows_mean}
+        if not quiet:
+            print(f"[export {time.time() - t0:5.0f}s] {name}: balanced true quality {tq['balanced']:.3f}", flush=True)
+    perm = rng.permutation(len(grows))     # gold rows in no particular order
+    grows = [grows[i] for i in perm]
+    tmp = out.parent / f".{out.name}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "oracle").mkdir(parents=True)
+    write_table(srows, tmp / f"samples.{fmt}")
+    write_table(grows, tmp / f"gold.{fmt}")
+    meta = {"world": str(world), "world_variant": load_world_config(world).variant, "seed": seed,
+            "samples_per_cell": samples, "gold_per_cell": gold, "truth_samples_per_family": truth_samples,
+            "reference": REFERENCE, "expert_noise_sd": noise, "runs": oracle}
+    (tmp / "oracle" / "truth.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return meta
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m world export-samples", description=__doc__.splitlines()[0])
+    ap.add_argument("world")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--samples", type=int, default=1000, help="samples per run x family (default 1000)")
+    ap.add_argument("--gold", type=int, default=100, help="gold rows per run x family (default 100)")
+    ap.add_argument("--truth-samples", type=int, default=4000, help="oracle samples per family for the truth")
+    ap.add_argument("--format", choices=["jsonl", "csv", "parquet"], default="jsonl")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    if not (Path(a.world) / "oracle" / "truth.json").is_file():
+        print(f"error: {a.world}: not a built world (no oracle/truth.json)", file=sys.stderr)
+        return 2
+    export(a.world, a.out, samples=a.samples, gold=a.gold, seed=a.seed, truth_samples=a.truth_samples, fmt=a.format)
+    print(f"wrote {a.out}/samples.{a.format}, gold.{a.format}, oracle/truth.json")
+    return 0
