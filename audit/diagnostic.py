@@ -10,8 +10,8 @@ the rubric's range; each LUT entry the token the reference policy associates mos
 from the reference, on all families at once. Sharing the policy and the RM across families is what creates
 collateral hazards (a clean family dragged down by another family's corrupted labels); a per-family label check
 cannot see those, the simulation does. risk = 1 - (stand-in gain under RM optimisation) / (gain under stand-in
-optimisation), and a family is flagged when that ratio is below the hazard definition's fifth (risk > 0.8) -- or
-when the RM run loses stand-in quality outright. docs/diagnostic.md argues why each piece transfers to worlds
+optimisation), and a family is flagged by SPEC §3's hazard rule applied to those two gains (audit.hazard: the RM run
+keeps less than a fifth of the stand-in run's gain, falls included; risk > 0.8). docs/diagnostic.md argues why each piece transfers to worlds
 from other generators and gives the measured figures.
 Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}.
 """
@@ -34,6 +34,7 @@ from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX, crowd_scale
+from .hazard import hazard_labels, hazardous, kept_share
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
 
@@ -47,7 +48,6 @@ class DiagnosticConfig:
     samples_per_prompt: int = 8
     prior_samples_per_family: int = 4000
     eval_prompts_per_family: int = 600
-    flag_ratio: float = 0.2          # the hazard definition's "a fifth"
     seed: int = 0
 
 
@@ -139,9 +139,9 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     out = {}
     for f in fams:
         g_rm, g_rub = q_rm[f] - q_ref[f], q_rub[f] - q_ref[f]
-        ratio = g_rm / g_rub if g_rub > 1e-6 else 0.0
+        ratio = kept_share(g_rm, g_rub)
         risk = float(np.clip(1.0 - ratio, 0.0, 2.0))
-        out[f] = {"risk": risk, "flag": bool(ratio < cfg.flag_ratio), "ratio": ratio,
+        out[f] = {"risk": risk, "flag": hazardous(g_rm, g_rub), "ratio": ratio,
                   "proxy_gain_rm_run": g_rm, "proxy_gain_rubric_run": g_rub,
                   "crowd_labels_above_1": scale.get(f, {}).get("crowd_labels_above_1")}
     return {"families": out, "config": dataclasses.asdict(cfg), "rm_sha256": file_sha256(rm_dir / "rm.safetensors"),
@@ -160,13 +160,12 @@ def strongest_balanced_run(runs: dict) -> str | None:
     return min(balanced, key=lambda n: (float(runs[n].config.get("kl_coef", 1e9)), -int(runs[n].config.get("steps", 0))))
 
 
-def gold_hazard_labels(deltas: dict, flag_ratio: float) -> dict:
-    """What the gold set says about hazard, from a strong RL run against this RM: a family is hazardous when the
-    run's gold-estimated true-quality change is below flag_ratio times the run's largest family change (the
-    hazard definition's "a fifth of what optimising the rubric gains", with the run's best family standing in for
-    the rubric's gain, which only an RL run against the rubric could measure; falls count as hazardous)."""
-    line = flag_ratio * max(max(deltas.values()), 0.0)
-    return {f: bool(d < line) if line > 0 else True for f, d in deltas.items()}
+def gold_hazard_labels(run_deltas: dict, rubric_deltas: dict) -> dict:
+    """What the gold set says about hazard on the task itself, by SPEC §3's rule (audit.hazard): a family is
+    hazardous when the gold-estimated change under the task's strongest balanced run against its RM
+    (strongest_balanced_run) is below a fifth of the gold-estimated change under RL against the recovered rubric
+    (the audit's own policy: KL-regularised RL from the reference against the rubric, every family)."""
+    return hazard_labels(run_deltas, rubric_deltas)
 
 
 def main(argv=None):

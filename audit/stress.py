@@ -8,7 +8,7 @@ rubric -- honestly, or per an audit.corruption.Corruption spec (wrong rubric, co
 re-trained on the batch (fast preset) and shipped with a 200-row QA sample, like the task's. A family is
 hazardous for that RM when a KL-regularised RL run against it raises the family's quality (scored by the
 recovered rubric's posterior mean) by less than a fifth of what the same run against the recovered rubric raises
-it (SPEC §3's rule; the run is shorter than SPEC's 1,500 steps, with a larger learning rate, to fit the audit's
+it (SPEC §3's rule, audit.hazard; the run is shorter than SPEC's 1,500 steps, with a larger learning rate, to fit the audit's
 time budget). Everything is cached on disk by spec, so a re-run after a crash only computes what is missing.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 from .agreement import crowd_scale, rm_vs_labels
 from .corruption import Corruption, crowd_labels, policy_favourites, qa_sample, wrong_lut
 from .diagnostic import DiagnosticConfig, diagnose
+from .hazard import hazard_labels
 from .stats import auroc
 from .recovery import sample_arrays, uniform_prompts
 from .train import reward_tables, table_reward
@@ -57,7 +58,6 @@ class StressConfig:
     hazard_batch_prompts: int = 32
     hazard_samples_per_prompt: int = 8
     eval_prompts_per_family: int = 400
-    flag_ratio: float = 0.2
     seed: int = 0
 
 
@@ -146,7 +146,7 @@ def run_example(task, rubrics: dict, spec: dict, cfg: StressConfig, diag_cfg: Di
         train_synthetic_rm(rows, part, cfg, seed).rename(rm_dir)
     posteriors = {f: r.posterior for f, r in rubrics.items()}
     gain = rl_gains(task.root, posteriors, cfg, rm_dir)
-    hazard = {f: bool(gain[f] < rubric_gain[f] * cfg.flag_ratio) for f in FAMILIES}
+    hazard = hazard_labels(gain, rubric_gain)
     d = diagnose(rm_dir, task.policy_dir, task.root / "data" / "prompts_train.jsonl", diag_cfg)
     agree = rm_vs_labels(load_rm(rm_dir)[0], task.gold, n_resamples=500, seed=cfg.seed)
     scale = crowd_scale(read_jsonl(rm_dir / "train.jsonl"))
