@@ -87,3 +87,19 @@ def test_gold_hazard_labels_and_the_strongest_balanced_run():
     assert strongest_balanced_run({"fourfam-s800": runs["fourfam-s800"]}) is None
     even = NS(config={"kl_coef": 0.01, "steps": 100, "family_weights": {f: 2.0 for f in FAMILIES}})
     assert strongest_balanced_run({**runs, "even": even}) == "even"
+
+
+def test_diagnose_many_is_diagnose(tiny_world):
+    """Several RMs' diagnostics as one stacked model give each RM's diagnose() figures up to float rounding
+    (a few tiny steps: the runs stay close, so the stand-in gains agree closely)."""
+    from audit.diagnostic import diagnose_many
+    task = tiny_world / "task"
+    cfg = DiagnosticConfig(**SMALL)
+    args = (task / "policy", task / "data" / "prompts_train.jsonl", cfg)
+    one = diagnose(task / "reward_model", *args)
+    many = diagnose_many([task / "reward_model", task / "reward_model"], *args)
+    for m in many:
+        for f in FAMILIES:
+            a, b = one["families"][f], m["families"][f]
+            assert abs(a["proxy_gain_rm_run"] - b["proxy_gain_rm_run"]) < 0.02
+            assert abs(a["proxy_gain_rubric_run"] - b["proxy_gain_rubric_run"]) < 0.02
