@@ -49,7 +49,9 @@ def main(argv=None):
             print(f"{path:8s}: {n} batches in {secs:.1f}s = {secs / n:.1f} s/batch", flush=True)
     if len(out) == 2:
         s, k = out["serial"], out["stacked"]
-        same = lambda key: sum(x[f] == y[f] for a_, b_ in zip(s[key], k[key]) for x, y in [(a_, b_)] for f in x)
+
+        def same(key):
+            return sum(x[f] == y[f] for x, y in zip(s[key], k[key]) for f in x)
         pairs = sum(len(x) for x in s["hazard"])
         print(f"speedup {s['s_per_batch'] / k['s_per_batch']:.2f}x; hazard labels equal on {same('hazard')}/{pairs},"
               f" flags on {same('flag')}/{pairs}")
