@@ -207,43 +207,40 @@ def _shares_prefix(cfg: StressConfig, diag_cfg: DiagnosticConfig, task) -> bool:
 
 
 def run_stacked_examples(task, rubrics: dict, specs: list, cfg: StressConfig, diag_cfg: DiagnosticConfig,
-                         work: Path, rubric_gain: dict | None) -> dict:
-    """run_example for every spec not yet done, stage by stage over all of them at once: their batches' RMs
-    trained as one stacked model, their hazard runs (and the rubric run, when rubric_gain is None) as another,
-    the diagnostic's runs as a third (its runs against the RMs taken from the hazard runs when they are the same
-    run, _shares_prefix). Returns the rubric-run gains."""
+                         work: Path) -> None:
+    """run_example for every spec, stage by stage over all of them at once: their batches' RMs trained as one
+    stacked model, their hazard runs and the rubric run as another, the diagnostic's runs as a third (its runs
+    against the RMs taken from the hazard runs when they are the same run, _shares_prefix). Writes each batch's
+    result and rubric_gain.json. A stage is redone whole (all specs, the rubric run included) whenever one of its
+    outputs is missing, so a run resumed after a kill stacks the same members as an uninterrupted one and gives
+    the same bits."""
     keys = [spec_key(s) for s in specs]
-    todo = [i for i, k in enumerate(keys) if not (work / f"{k}.json").exists()]
-    rm_dirs = {i: work / f"rm-{keys[i]}" for i in todo}
-    train = [i for i in todo if not (rm_dirs[i] / "train.jsonl").exists()]
-    if train:
+    if all((work / f"{k}.json").exists() for k in keys) and (work / "rubric_gain.json").exists():
+        return
+    rm_dirs = [work / f"rm-{k}" for k in keys]
+    if not all((d / "train.jsonl").exists() for d in rm_dirs):
         policy = task.load_policy()
-        seeds = {i: int(keys[i][:6], 16) % (2 ** 31) for i in train}
-        rows = {i: synthetic_batch(policy, rubrics, specs[i], cfg, seeds[i]) for i in train}
-        rms = train_rms([rows[i] for i in train], [RMTrainConfig(epochs=cfg.rm_epochs, seed=seeds[i]) for i in train],
-                        quiet=True)
-        for i, (rm, mcfg, _) in zip(train, rms):     # written aside and renamed: a killed run leaves no half RM
-            part = work / f".rm-{keys[i]}.partial"
+        seeds = [int(k[:6], 16) % (2 ** 31) for k in keys]
+        rows = [synthetic_batch(policy, rubrics, spec, cfg, sd) for spec, sd in zip(specs, seeds)]
+        rms = train_rms(rows, [RMTrainConfig(epochs=cfg.rm_epochs, seed=sd) for sd in seeds], quiet=True)
+        for k, d, r, sd, (rm, mcfg, _) in zip(keys, rm_dirs, rows, seeds, rms):
+            part = work / f".rm-{k}.partial"       # written aside and renamed: a killed run leaves no half RM
             shutil.rmtree(part, ignore_errors=True)
-            shutil.rmtree(rm_dirs[i], ignore_errors=True)
+            shutil.rmtree(d, ignore_errors=True)
             save_rm(rm, mcfg, part)
-            write_jsonl(part / "train.jsonl", qa_sample(rows[i], cfg.qa_per_family, np.random.default_rng(seeds[i])))
-            part.rename(rm_dirs[i])
+            write_jsonl(part / "train.jsonl", qa_sample(r, cfg.qa_per_family, np.random.default_rng(sd)))
+            part.rename(d)
     posteriors = {f: r.posterior for f, r in rubrics.items()}
-    runs = [rm_dirs[i] for i in todo] + ([None] if rubric_gain is None else [])
-    if not runs:
-        return rubric_gain
     share = _shares_prefix(cfg, diag_cfg, task)
-    gains, snaps = stacked_gains(task.root, posteriors, cfg, runs, diag_cfg.steps if share else 0)
-    if rubric_gain is None:
-        rubric_gain = gains[-1]
-    if todo:
-        ds = diagnose_many([rm_dirs[i] for i in todo], task.policy_dir, task.root / "data" / "prompts_train.jsonl",
-                           diag_cfg, rm_runs=snaps[:len(todo)] if share else None)
-        for j, i in enumerate(todo):
-            res = _result(specs[i], gains[j], rubric_gain, ds[j], rm_dirs[i], task, cfg)
-            atomic_write_text(work / f"{keys[i]}.json", json.dumps(res, indent=2))
-    return rubric_gain
+    gains, snaps = stacked_gains(task.root, posteriors, cfg, rm_dirs + [None], diag_cfg.steps if share else 0)
+    rubric_gain = gains[-1]
+    ds = diagnose_many(rm_dirs, task.policy_dir, task.root / "data" / "prompts_train.jsonl", diag_cfg,
+                       rm_runs=snaps[:-1] if share else None)
+    results = [_result(spec, g, rubric_gain, d, rm_dir, task, cfg)
+               for spec, g, d, rm_dir in zip(specs, gains, ds, rm_dirs)]
+    for k, res in zip(keys, results):
+        atomic_write_text(work / f"{k}.json", json.dumps(res, indent=2))
+    atomic_write_text(work / "rubric_gain.json", json.dumps(rubric_gain))
 
 
 def corruption_specs():
@@ -274,7 +271,6 @@ def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, w
     work.mkdir(parents=True, exist_ok=True)
     posteriors = {f: r.posterior for f, r in rubrics.items()}
     rubric_file = work / "rubric_gain.json"
-    rubric_gain = json.loads(rubric_file.read_text()) if rubric_file.exists() else None
     specs = []
 
     @seed(cfg.seed)
@@ -289,11 +285,10 @@ def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, w
 
     probe()
     if cfg.stacked:
-        rubric_gain = run_stacked_examples(task, rubrics, specs, cfg, diag_cfg, work, rubric_gain)
-    elif rubric_gain is None:
-        rubric_gain = rl_gains(task.root, posteriors, cfg, None)
-    if not rubric_file.exists():
-        atomic_write_text(rubric_file, json.dumps(rubric_gain))
+        run_stacked_examples(task, rubrics, specs, cfg, diag_cfg, work)
+    elif not rubric_file.exists():
+        atomic_write_text(rubric_file, json.dumps(rl_gains(task.root, posteriors, cfg, None)))
+    rubric_gain = json.loads(rubric_file.read_text())
     results = []
     for spec in specs:
         results.append(run_example(task, rubrics, spec, cfg, diag_cfg, work, rubric_gain))
