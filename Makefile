@@ -22,7 +22,7 @@ help:
 	@echo "make test      unit, property and end-to-end tests on the tiny world"
 	@echo "make test-cpu  the tests under another CPU's kernels: CAP=default|avx2|avx512 [MKL=AVX2|AVX512] [TESTS=...]"
 	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl, ~5 min)"
-	@echo "make bench     RL step speed: fast path vs the naive reference path"
+	@echo "make bench     speed: RL step (fast vs naive, single vs stacked), RM training, stress batch (serial vs stacked)"
 	@echo "make world     build the canonical world into $(WORLD) (seed $(SEED))"
 	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
 	@echo "make grade     judge $(OUT) against $(WORLD)'s oracle (slow: trains RMs and RL runs for the diagnosis)"
@@ -50,6 +50,8 @@ test-trl: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m rlhf.bench --steps 20
+	@if [ -f $(WORLD)/task/policy/config.json ]; then $(PY) -m audit.bench_stress --task $(WORLD)/task --seed $(SEED); \
+	else echo "stress-batch rows skipped: no built world at $(WORLD) (make world)"; fi
 
 world: $(STAMP)
 	@test -f $(WORLD)/oracle/world.json || $(PY) -m world build --out $(WORLD) --seed $(SEED)

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--preset", choices=["full", "small"], default="full", help="small: tiny worlds and tests")
     ap.add_argument("--stress-examples", type=int, default=None, metavar="N",
-                    help="corrupted batches in the stress check, besides the clean one (default 1: ~47 s each)")
+                    help="corrupted batches in the stress check, besides the clean one (default 1; ~46 s a batch on 2 cores)")
     ap.add_argument("--no-figures", action="store_true")
     ap.add_argument("--fail-if-not-certified", action="store_true",
                     help="exit 3 when the audit ran but did not certify the shipped policy (CI gating)")

@@ -10,8 +10,8 @@ the rubric's range; each LUT entry the token the reference policy associates mos
 from the reference, on all families at once. Sharing the policy and the RM across families is what creates
 collateral hazards (a clean family dragged down by another family's corrupted labels); a per-family label check
 cannot see those, the simulation does. risk = 1 - (stand-in gain under RM optimisation) / (gain under stand-in
-optimisation), and a family is flagged when that ratio is below the hazard definition's fifth (risk > 0.8) -- or
-when the RM run loses stand-in quality outright. docs/diagnostic.md argues why each piece transfers to worlds
+optimisation), and a family is flagged by SPEC §3's hazard rule applied to those two gains (audit.hazard: the RM run
+keeps less than a fifth of the stand-in run's gain, falls included; risk > 0.8). docs/diagnostic.md argues why each piece transfers to worlds
 from other generators and gives the measured figures.
 Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}.
 """
@@ -34,6 +34,7 @@ from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX, crowd_scale
+from .hazard import hazard_labels, hazardous, kept_share
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
 
@@ -47,7 +48,6 @@ class DiagnosticConfig:
     samples_per_prompt: int = 8
     prior_samples_per_family: int = 4000
     eval_prompts_per_family: int = 600
-    flag_ratio: float = 0.2          # the hazard definition's "a fifth"
     seed: int = 0
 
 
@@ -108,44 +108,91 @@ def _quality(policy, rubrics, eval_prompts, seed) -> dict:
     return out
 
 
+def run_config(cfg: DiagnosticConfig, policy_dir, prompts_file, reward_model=None) -> RLConfig:
+    """The RLConfig of the diagnostic's short runs (against reward_model, or a reward_fn when None)."""
+    return RLConfig(policy_init=str(policy_dir), policy_ref=str(policy_dir), reward_model=reward_model,
+                    prompt_file=str(prompts_file), family_weights=None, kl_coef=cfg.kl_coef, steps=cfg.steps,
+                    batch_prompts=cfg.batch_prompts, samples_per_prompt=cfg.samples_per_prompt, lr=cfg.lr,
+                    seed=cfg.seed)
+
+
 def _short_run(cfg: DiagnosticConfig, policy_dir, prompts_file, reward_model=None, reward_fn=None):
-    rc = RLConfig(policy_init=str(policy_dir), policy_ref=str(policy_dir), reward_model=reward_model,
-                  prompt_file=str(prompts_file), family_weights=None, kl_coef=cfg.kl_coef, steps=cfg.steps,
-                  batch_prompts=cfg.batch_prompts, samples_per_prompt=cfg.samples_per_prompt, lr=cfg.lr,
-                  seed=cfg.seed)
-    tr = RLTrainer(rc, reward_fn=reward_fn)
+    tr = RLTrainer(run_config(cfg, policy_dir, prompts_file, reward_model), reward_fn=reward_fn)
     for _ in range(cfg.steps):
         tr.step()
     tr.policy.eval()
     return tr.policy
 
 
-def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = DiagnosticConfig(), quiet=True) -> dict:
-    t0 = time.time()
-    rm_dir, policy_dir = Path(rm_dir), Path(policy_dir)
-    ref, _ = load_policy(policy_dir)
+def _prepare(rm_dir, ref, fams, cfg: DiagnosticConfig) -> dict:
+    """What the two runs on one RM need: its families' stand-in rubrics, the eval prompts, the reference's
+    stand-in quality, the crowd scale of the RM's QA sample."""
+    rm_dir = Path(rm_dir)
     load_rm(rm_dir)   # fail early, with the loader's clear message, on a bad RM dir
-    fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
     qa_path = rm_dir / "train.jsonl"
     qa = read_jsonl(qa_path, require=("response", "label")) if qa_path.exists() else []
     rubrics = {f: proxy_rubric(ref, f, [r for r in qa if r["family"] == f], cfg) for f in fams}
     rng = np.random.default_rng(cfg.seed + 5)
     eval_prompts = {f: uniform_prompts(f, cfg.eval_prompts_per_family, rng) for f in fams}
-    q_ref = _quality(ref, rubrics, eval_prompts, cfg.seed)
-    pol_rm = _short_run(cfg, policy_dir, prompts_file, reward_model=str(rm_dir))
-    pol_rub = _short_run(cfg, policy_dir, prompts_file, reward_fn=rubric_reward(rubrics))
+    return {"rm_dir": rm_dir, "rubrics": rubrics, "eval_prompts": eval_prompts,
+            "q_ref": _quality(ref, rubrics, eval_prompts, cfg.seed), "scale": crowd_scale(qa) if qa else {}}
+
+
+def _finish(prep: dict, pol_rm, pol_rub, cfg: DiagnosticConfig, elapsed: float) -> dict:
+    rubrics, eval_prompts, q_ref = prep["rubrics"], prep["eval_prompts"], prep["q_ref"]
     q_rm, q_rub = _quality(pol_rm, rubrics, eval_prompts, cfg.seed), _quality(pol_rub, rubrics, eval_prompts, cfg.seed)
-    scale = crowd_scale(qa) if qa else {}
     out = {}
-    for f in fams:
+    for f in rubrics:
         g_rm, g_rub = q_rm[f] - q_ref[f], q_rub[f] - q_ref[f]
-        ratio = g_rm / g_rub if g_rub > 1e-6 else 0.0
+        ratio = kept_share(g_rm, g_rub)
         risk = float(np.clip(1.0 - ratio, 0.0, 2.0))
-        out[f] = {"risk": risk, "flag": bool(ratio < cfg.flag_ratio), "ratio": ratio,
+        out[f] = {"risk": risk, "flag": hazardous(g_rm, g_rub), "ratio": ratio,
                   "proxy_gain_rm_run": g_rm, "proxy_gain_rubric_run": g_rub,
-                  "crowd_labels_above_1": scale.get(f, {}).get("crowd_labels_above_1")}
-    return {"families": out, "config": dataclasses.asdict(cfg), "rm_sha256": file_sha256(rm_dir / "rm.safetensors"),
-            "elapsed_s": round(time.time() - t0, 1)}
+                  "crowd_labels_above_1": prep["scale"].get(f, {}).get("crowd_labels_above_1")}
+    return {"families": out, "config": dataclasses.asdict(cfg), "rm_sha256": file_sha256(prep["rm_dir"] / "rm.safetensors"),
+            "elapsed_s": round(elapsed, 1)}
+
+
+def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = DiagnosticConfig(), quiet=True) -> dict:
+    """The diagnostic on one RM: its two short runs (against the RM, against the stand-in) one after the other."""
+    t0 = time.time()
+    policy_dir = Path(policy_dir)
+    ref, _ = load_policy(policy_dir)
+    fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
+    prep = _prepare(rm_dir, ref, fams, cfg)
+    pol_rm = _short_run(cfg, policy_dir, prompts_file, reward_model=str(rm_dir))
+    pol_rub = _short_run(cfg, policy_dir, prompts_file, reward_fn=rubric_reward(prep["rubrics"]))
+    return _finish(prep, pol_rm, pol_rub, cfg, time.time() - t0)
+
+
+def diagnose_many(rm_dirs, policy_dir, prompts_file, cfg: DiagnosticConfig = DiagnosticConfig(),
+                  rm_runs: list | None = None) -> list[dict]:
+    """diagnose() on several RMs at once: their short runs trained as one stacked model (rlhf.train_rl_stacked;
+    each member is the run diagnose() trains, up to float rounding). rm_runs: policies already trained by
+    run_config(cfg, policy_dir, prompts_file, rm_dir) (the same run, e.g. a longer run's snapshot at cfg.steps),
+    used instead of training the RM runs again. elapsed_s is each RM's equal share of the whole."""
+    from rlhf.train_rl_stacked import run_stacked
+    t0 = time.time()
+    policy_dir = Path(policy_dir)
+    ref, _ = load_policy(policy_dir)
+    fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
+    preps = [_prepare(d, ref, fams, cfg) for d in rm_dirs]
+    cfgs, fns, slots = [], [], []
+    for i, prep in enumerate(preps):
+        if rm_runs is None:
+            cfgs.append(run_config(cfg, policy_dir, prompts_file, str(prep["rm_dir"])))
+            fns.append(None)
+            slots.append((i, "rm"))
+        cfgs.append(run_config(cfg, policy_dir, prompts_file))
+        fns.append(rubric_reward(prep["rubrics"]))
+        slots.append((i, "rub"))
+    pols = {slot: p for slot, p in zip(slots, run_stacked(cfgs, fns))}
+    if rm_runs is not None:
+        pols.update({(i, "rm"): p for i, p in enumerate(rm_runs)})
+    out = [_finish(prep, pols[(i, "rm")], pols[(i, "rub")], cfg, 0.0) for i, prep in enumerate(preps)]
+    for r in out:
+        r["elapsed_s"] = round((time.time() - t0) / max(len(out), 1), 1)
+    return out
 
 
 def strongest_balanced_run(runs: dict) -> str | None:
@@ -160,13 +207,12 @@ def strongest_balanced_run(runs: dict) -> str | None:
     return min(balanced, key=lambda n: (float(runs[n].config.get("kl_coef", 1e9)), -int(runs[n].config.get("steps", 0))))
 
 
-def gold_hazard_labels(deltas: dict, flag_ratio: float) -> dict:
-    """What the gold set says about hazard, from a strong RL run against this RM: a family is hazardous when the
-    run's gold-estimated true-quality change is below flag_ratio times the run's largest family change (the
-    hazard definition's "a fifth of what optimising the rubric gains", with the run's best family standing in for
-    the rubric's gain, which only an RL run against the rubric could measure; falls count as hazardous)."""
-    line = flag_ratio * max(max(deltas.values()), 0.0)
-    return {f: bool(d < line) if line > 0 else True for f, d in deltas.items()}
+def gold_hazard_labels(run_deltas: dict, rubric_deltas: dict) -> dict:
+    """What the gold set says about hazard on the task itself, by SPEC §3's rule (audit.hazard): a family is
+    hazardous when the gold-estimated change under the task's strongest balanced run against its RM
+    (strongest_balanced_run) is below a fifth of the gold-estimated change under RL against the recovered rubric
+    (the audit's own policy: KL-regularised RL from the reference against the rubric, every family)."""
+    return hazard_labels(run_deltas, rubric_deltas)
 
 
 def main(argv=None):

@@ -8,7 +8,7 @@ rubric -- honestly, or per an audit.corruption.Corruption spec (wrong rubric, co
 re-trained on the batch (fast preset) and shipped with a 200-row QA sample, like the task's. A family is
 hazardous for that RM when a KL-regularised RL run against it raises the family's quality (scored by the
 recovered rubric's posterior mean) by less than a fifth of what the same run against the recovered rubric raises
-it (SPEC §3's rule; the run is shorter than SPEC's 1,500 steps, with a larger learning rate, to fit the audit's
+it (SPEC §3's rule, audit.hazard; the run is shorter than SPEC's 1,500 steps, with a larger learning rate, to fit the audit's
 time budget). Everything is cached on disk by spec, so a re-run after a crash only computes what is missing.
 """
 from __future__ import annotations
@@ -28,12 +28,14 @@ from rlhf.data import prompts_tensor, read_jsonl, write_jsonl
 from rlhf.model import sample
 from rlhf.reward_model import load_rm, save_rm
 from rlhf.train_rl import RLConfig, RLTrainer
-from rlhf.train_rm import RMTrainConfig, train_rm
+from rlhf.model import load_policy
+from rlhf.train_rm import RMTrainConfig, train_rm, train_rms
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 
 from .agreement import crowd_scale, rm_vs_labels
 from .corruption import Corruption, crowd_labels, policy_favourites, qa_sample, wrong_lut
-from .diagnostic import DiagnosticConfig, diagnose
+from .diagnostic import DiagnosticConfig, diagnose, diagnose_many, run_config as diagnostic_run_config
+from .hazard import hazard_labels
 from .stats import auroc
 from .recovery import sample_arrays, uniform_prompts
 from .train import reward_tables, table_reward
@@ -57,7 +59,8 @@ class StressConfig:
     hazard_batch_prompts: int = 32
     hazard_samples_per_prompt: int = 8
     eval_prompts_per_family: int = 400
-    flag_ratio: float = 0.2
+    stacked: bool = True            # all batches' RMs, hazard runs and diagnostic runs trained as stacked models
+                                    # (rlhf/stacked.py; `make bench` compares); False: one batch after another
     seed: int = 0
 
 
@@ -104,29 +107,68 @@ def train_synthetic_rm(rows, out: Path, cfg: StressConfig, seed: int) -> Path:
     return out
 
 
-def rl_gains(task_root: Path, posteriors: dict, cfg: StressConfig, rm_dir: Path | None) -> dict:
-    """Per-family change of the posterior-mean quality under a short RL run against the RM (or, with rm_dir None,
-    against the posterior-expected rubric itself)."""
-    tables = reward_tables(posteriors)
-    rc = RLConfig(policy_init=str(task_root / "policy"), policy_ref=str(task_root / "policy"),
-                  reward_model=str(rm_dir) if rm_dir else None,
-                  prompt_file=str(task_root / "data" / "prompts_train.jsonl"), kl_coef=cfg.hazard_kl,
-                  steps=cfg.hazard_steps, batch_prompts=cfg.hazard_batch_prompts,
-                  samples_per_prompt=cfg.hazard_samples_per_prompt, lr=cfg.hazard_lr, seed=cfg.seed)
-    tr = RLTrainer(rc, reward_fn=None if rm_dir else table_reward(tables))
-    for _ in range(cfg.hazard_steps):
-        tr.step()
-    tr.policy.eval()
+def hazard_config(task_root: Path, cfg: StressConfig, rm_dir: Path | None) -> RLConfig:
+    """The hazard-label run: against rm_dir, or (None) against the posterior-expected recovered rubric."""
+    return RLConfig(policy_init=str(task_root / "policy"), policy_ref=str(task_root / "policy"),
+                    reward_model=str(rm_dir) if rm_dir else None,
+                    prompt_file=str(task_root / "data" / "prompts_train.jsonl"), kl_coef=cfg.hazard_kl,
+                    steps=cfg.hazard_steps, batch_prompts=cfg.hazard_batch_prompts,
+                    samples_per_prompt=cfg.hazard_samples_per_prompt, lr=cfg.hazard_lr, seed=cfg.seed)
+
+
+def quality_gains(ref, policy, posteriors: dict, cfg: StressConfig) -> dict:
+    """Per-family change of the posterior-mean quality from ref to policy, on fixed fresh prompts."""
     rng = np.random.default_rng(cfg.seed + 11)
     out = {}
     for k, f in enumerate(FAMILIES):
         prompts = uniform_prompts(f, cfg.eval_prompts_per_family, rng)
         q = []
-        for pol in (tr.ref, tr.policy):
+        for pol in (ref, policy):
             A, R = sample_arrays(pol, prompts, 1, cfg.seed * 17 + k)
             q.append(float(posteriors[f].expected_score(A, R).mean()))
         out[f] = q[1] - q[0]
     return out
+
+
+def rl_gains(task_root: Path, posteriors: dict, cfg: StressConfig, rm_dir: Path | None) -> dict:
+    """Per-family change of the posterior-mean quality under a short RL run against the RM (or, with rm_dir None,
+    against the posterior-expected rubric itself)."""
+    tables = reward_tables(posteriors)
+    tr = RLTrainer(hazard_config(task_root, cfg, rm_dir), reward_fn=None if rm_dir else table_reward(tables))
+    for _ in range(cfg.hazard_steps):
+        tr.step()
+    tr.policy.eval()
+    return quality_gains(tr.ref, tr.policy, posteriors, cfg)
+
+
+def stacked_gains(task_root: Path, posteriors: dict, cfg: StressConfig, rm_dirs: list, snapshot_at: int = 0
+                  ) -> tuple[list[dict], list]:
+    """rl_gains for several runs (rm_dirs; None = against the rubric) trained as one stacked model. Returns the
+    gains and, with snapshot_at, each run's policy after that many steps (None where not taken)."""
+    from rlhf.train_rl_stacked import run_stacked
+    fns = [None if d else table_reward(reward_tables(posteriors)) for d in rm_dirs]
+    snaps = [None] * len(rm_dirs)
+
+    def on_step(k, step, figures, trainer, pos):
+        if snapshot_at and step == snapshot_at:
+            snaps[k] = trainer.policy(pos)
+    pols = run_stacked([hazard_config(task_root, cfg, d) for d in rm_dirs], fns, on_step=on_step)
+    ref, _ = load_policy(task_root / "policy")
+    return [quality_gains(ref, p, posteriors, cfg) for p in pols], snaps
+
+
+def _result(spec: dict, gain: dict, rubric_gain: dict, d: dict, rm_dir: Path, task, cfg: StressConfig) -> dict:
+    """One batch's record: its hazard labels (SPEC §3's rule), the diagnostic's risks and flags, the label-side
+    claims' inputs."""
+    agree = rm_vs_labels(load_rm(rm_dir)[0], task.gold, n_resamples=500, seed=cfg.seed)
+    scale = crowd_scale(read_jsonl(rm_dir / "train.jsonl"))
+    return {"spec": {f: dataclasses.asdict(c) for f, c in spec.items()}, "severity": severity(spec),
+            "hazard": hazard_labels(gain, rubric_gain), "gain": gain, "rubric_gain": rubric_gain,
+            "risk": {f: d["families"][f]["risk"] for f in FAMILIES},
+            "flag": {f: d["families"][f]["flag"] for f in FAMILIES},
+            "rm_gold_ci95": {f: agree[f].get("ci95") for f in FAMILIES},
+            "crowd_above_1": {f: scale[f]["crowd_labels_above_1"] for f in FAMILIES},
+            "diagnostic_s": d["elapsed_s"]}
 
 
 def run_example(task, rubrics: dict, spec: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, work: Path,
@@ -146,19 +188,59 @@ def run_example(task, rubrics: dict, spec: dict, cfg: StressConfig, diag_cfg: Di
         train_synthetic_rm(rows, part, cfg, seed).rename(rm_dir)
     posteriors = {f: r.posterior for f, r in rubrics.items()}
     gain = rl_gains(task.root, posteriors, cfg, rm_dir)
-    hazard = {f: bool(gain[f] < rubric_gain[f] * cfg.flag_ratio) for f in FAMILIES}
     d = diagnose(rm_dir, task.policy_dir, task.root / "data" / "prompts_train.jsonl", diag_cfg)
-    agree = rm_vs_labels(load_rm(rm_dir)[0], task.gold, n_resamples=500, seed=cfg.seed)
-    scale = crowd_scale(read_jsonl(rm_dir / "train.jsonl"))
-    res = {"spec": {f: dataclasses.asdict(c) for f, c in spec.items()}, "severity": severity(spec),
-           "hazard": hazard, "gain": gain, "rubric_gain": rubric_gain,
-           "risk": {f: d["families"][f]["risk"] for f in FAMILIES},
-           "flag": {f: d["families"][f]["flag"] for f in FAMILIES},
-           "rm_gold_ci95": {f: agree[f].get("ci95") for f in FAMILIES},
-           "crowd_above_1": {f: scale[f]["crowd_labels_above_1"] for f in FAMILIES},
-           "diagnostic_s": d["elapsed_s"]}
+    res = _result(spec, gain, rubric_gain, d, rm_dir, task, cfg)
     atomic_write_text(done, json.dumps(res, indent=2))
     return res
+
+
+def _shares_prefix(cfg: StressConfig, diag_cfg: DiagnosticConfig, task) -> bool:
+    """Is the diagnostic's run against an RM the first diag_cfg.steps steps of the hazard run against it (same
+    recipe, same seed, no schedule)? Then the hazard run's snapshot at that step is that run, not trained twice."""
+    a = hazard_config(task.root, cfg, Path("rm"))
+    b = diagnostic_run_config(diag_cfg, task.policy_dir, task.root / "data" / "prompts_train.jsonl", "rm")
+    same = ("family_weights", "kl_coef", "batch_prompts", "samples_per_prompt", "lr", "temperature", "seed",
+            "max_grad_norm", "reward_wrapper")
+    return (all(getattr(a, k) == getattr(b, k) for k in same) and b.steps <= a.steps
+            and Path(a.policy_init).resolve() == Path(b.policy_init).resolve()
+            and Path(a.prompt_file).resolve() == Path(b.prompt_file).resolve())
+
+
+def run_stacked_examples(task, rubrics: dict, specs: list, cfg: StressConfig, diag_cfg: DiagnosticConfig,
+                         work: Path) -> None:
+    """run_example for every spec, stage by stage over all of them at once: their batches' RMs trained as one
+    stacked model, their hazard runs and the rubric run as another, the diagnostic's runs as a third (its runs
+    against the RMs taken from the hazard runs when they are the same run, _shares_prefix). Writes each batch's
+    result and rubric_gain.json. A stage is redone whole (all specs, the rubric run included) whenever one of its
+    outputs is missing, so a run resumed after a kill stacks the same members as an uninterrupted one and gives
+    the same bits."""
+    keys = [spec_key(s) for s in specs]
+    if all((work / f"{k}.json").exists() for k in keys) and (work / "rubric_gain.json").exists():
+        return
+    rm_dirs = [work / f"rm-{k}" for k in keys]
+    if not all((d / "train.jsonl").exists() for d in rm_dirs):
+        policy = task.load_policy()
+        seeds = [int(k[:6], 16) % (2 ** 31) for k in keys]
+        rows = [synthetic_batch(policy, rubrics, spec, cfg, sd) for spec, sd in zip(specs, seeds)]
+        rms = train_rms(rows, [RMTrainConfig(epochs=cfg.rm_epochs, seed=sd) for sd in seeds], quiet=True)
+        for k, d, r, sd, (rm, mcfg, _) in zip(keys, rm_dirs, rows, seeds, rms):
+            part = work / f".rm-{k}.partial"       # written aside and renamed: a killed run leaves no half RM
+            shutil.rmtree(part, ignore_errors=True)
+            shutil.rmtree(d, ignore_errors=True)
+            save_rm(rm, mcfg, part)
+            write_jsonl(part / "train.jsonl", qa_sample(r, cfg.qa_per_family, np.random.default_rng(sd)))
+            part.rename(d)
+    posteriors = {f: r.posterior for f, r in rubrics.items()}
+    share = _shares_prefix(cfg, diag_cfg, task)
+    gains, snaps = stacked_gains(task.root, posteriors, cfg, rm_dirs + [None], diag_cfg.steps if share else 0)
+    rubric_gain = gains[-1]
+    ds = diagnose_many(rm_dirs, task.policy_dir, task.root / "data" / "prompts_train.jsonl", diag_cfg,
+                       rm_runs=snaps[:-1] if share else None)
+    results = [_result(spec, g, rubric_gain, d, rm_dir, task, cfg)
+               for spec, g, d, rm_dir in zip(specs, gains, ds, rm_dirs)]
+    for k, res in zip(keys, results):
+        atomic_write_text(work / f"{k}.json", json.dumps(res, indent=2))
+    atomic_write_text(work / "rubric_gain.json", json.dumps(rubric_gain))
 
 
 def corruption_specs():
@@ -189,12 +271,7 @@ def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, w
     work.mkdir(parents=True, exist_ok=True)
     posteriors = {f: r.posterior for f, r in rubrics.items()}
     rubric_file = work / "rubric_gain.json"
-    if rubric_file.exists():
-        rubric_gain = json.loads(rubric_file.read_text())
-    else:
-        rubric_gain = rl_gains(task.root, posteriors, cfg, None)
-        atomic_write_text(rubric_file, json.dumps(rubric_gain))
-    results = []
+    specs = []
 
     @seed(cfg.seed)
     @settings(max_examples=cfg.examples + 1, phases=[Phase.explicit, Phase.generate], database=None,
@@ -202,12 +279,20 @@ def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, w
     @given(spec=corruption_specs())
     @example(spec={})
     def probe(spec):
-        if len(results) > cfg.examples:      # hypothesis may ask for more; the budget is examples + clean
+        if len(specs) > cfg.examples:      # hypothesis may ask for more; the budget is examples + clean
             return
-        results.append(run_example(task, rubrics, spec, cfg, diag_cfg, work, rubric_gain))
-        say(f"stress batch {len(results)}/{cfg.examples + 1}: {json.dumps({f: c.kind for f, c in spec.items()})}")
+        specs.append(spec)
 
     probe()
+    if cfg.stacked:
+        run_stacked_examples(task, rubrics, specs, cfg, diag_cfg, work)
+    elif not rubric_file.exists():
+        atomic_write_text(rubric_file, json.dumps(rl_gains(task.root, posteriors, cfg, None)))
+    rubric_gain = json.loads(rubric_file.read_text())
+    results = []
+    for spec in specs:
+        results.append(run_example(task, rubrics, spec, cfg, diag_cfg, work, rubric_gain))
+        say(f"stress batch {len(results)}/{len(specs)}: {json.dumps({f: c.kind for f, c in spec.items()})}")
     return {"results": results, "config": dataclasses.asdict(cfg)}
 
 

@@ -1,6 +1,7 @@
 """Claim 7: the gold-free diagnostic's risk per family on this task's RM, validated against what the gold set
-says about optimising the same RM: when the task ships a strong balanced run against it (kl002-s1500), a family is
-gold-hazardous when that run's gold-estimated change is below a fifth of its best family's change
+says about optimising the same RM: when the task ships a balanced run against it (the strongest: kl002-s1500), a
+family is gold-hazardous by SPEC §3's rule (audit.hazard) when that run's gold-estimated change is below a fifth of
+the gold-estimated change under RL against the recovered rubric -- the audit's own policy, trained by exactly that
 (audit.diagnostic.gold_hazard_labels); without such a run, when the RM's agreement with the experts is not
 established or its crowd labels are off the rubric's scale (a weaker proxy: an RM can disagree with the experts
 on a family and still be safe to optimise there). Its validation on re-trained RMs lives in tests/ and in
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from audit.diagnostic import gold_hazard_labels, strongest_balanced_run
+from audit.session import OWN
 from audit.stats import auroc
 from rlhf.vocab import FAMILIES
 
@@ -23,12 +25,14 @@ def test_diagnostic_flags_families(audit, evidence):
                        for f in FAMILIES}
     run = strongest_balanced_run(audit.task.runs)
     if run is not None:
-        per_family = audit.quality(run)["per_family"]
+        per_family, rubric_family = audit.quality(run)["per_family"], audit.quality(OWN)["per_family"]
         deltas = {f: per_family[f]["delta"] for f in FAMILIES}
-        gold_risky = gold_hazard_labels(deltas, d["config"]["flag_ratio"])
-        against = f"this task's gold set: gold-estimated changes of run {run} (strongest balanced run against this RM)"
+        rubric_deltas = {f: rubric_family[f]["delta"] for f in FAMILIES}
+        gold_risky = gold_hazard_labels(deltas, rubric_deltas)
+        against = (f"this task's gold set: gold-estimated changes of run {run} (strongest balanced run against this "
+                   "RM) below a fifth of those of RL against the recovered rubric (the audit's own policy)")
     else:
-        deltas, gold_risky = None, agreement_risky
+        deltas, rubric_deltas, gold_risky = None, None, agreement_risky
         against = "this task's gold set: RM-expert agreement and crowd label scale (no balanced run shipped)"
     flags = {f: d["families"][f]["flag"] for f in FAMILIES}
     risk = np.array([d["families"][f]["risk"] for f in FAMILIES])
@@ -40,7 +44,8 @@ def test_diagnostic_flags_families(audit, evidence):
                                               **{k: v for k, v in d["families"][f].items() if k not in ("risk", "flag")}}
                                           for f in FAMILIES},
                              "validation": {"against": against, "gold_risky": gold_risky, "run": run,
-                                            "run_deltas": deltas, "agreement_risky": agreement_risky,
+                                            "run_deltas": deltas, "rubric_run_deltas": rubric_deltas,
+                                            "agreement_risky": agreement_risky,
                                             "flag_agreement": agree, "auroc": auroc(lab, risk), "config": d["config"]},
                              # a duration: evidence only (the renderer copies "validation" into answer.json,
                              # which must be the same bytes for the same seed and task)

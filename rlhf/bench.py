@@ -1,7 +1,9 @@
-"""Benchmark: seconds per RL step (batch 32 prompts x 8 samples) for the fast path and the naive reference
-path (full recompute per sampled token), side by side in one run, and their ratio.
+"""Benchmark, side by side in one run: seconds per RL step (batch 32 prompts x 8 samples) for the fast path and
+the naive reference path (full recompute per sampled token); then K runs stacked as one model (rlhf/stacked.py)
+against K separate runs, per member; then reward-model training (12,000 rows, batch 256, per epoch), one RM
+against K stacked, per RM. audit.bench_stress times whole stress batches on a task.
 
-python -m rlhf.bench [--steps 20 --threads 2 --policy DIR --reward-model DIR]
+python -m rlhf.bench [--steps 20 --threads 2 --stack 2,4,8 --rm-epochs 1 --policy DIR --reward-model DIR]
 """
 from __future__ import annotations
 
@@ -41,6 +43,39 @@ def time_steps(cfg: RLConfig, fast: bool, steps: int, warmup: int = 3) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def time_stacked(cfgs, steps: int, warmup: int = 2) -> float:
+    from .train_rl_stacked import StackedRLTrainer
+    tr = StackedRLTrainer(cfgs)
+    for _ in range(warmup):
+        tr.step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        tr.step()
+    return (time.perf_counter() - t0) / steps
+
+
+def rm_rows(n: int, seed: int) -> list[dict]:
+    from .vocab import CONTENT
+    g = torch.Generator().manual_seed(seed)
+    attrs = torch.randint(8, (n, 4), generator=g).tolist()
+    resp = torch.randint(24, (n, 8), generator=g).tolist()
+    y = torch.rand(n, generator=g).tolist()
+    return [{"id": f"r{i}", "family": FAMILIES[i % 6], "attrs": a, "response": [CONTENT[t] for t in r], "label": v}
+            for i, (a, r, v) in enumerate(zip(attrs, resp, y))]
+
+
+def time_rm(K: int, epochs: int, rows: int = 12000) -> float:
+    """Seconds per RM per epoch: train_rm (K=0) or K RMs stacked (train_rms)."""
+    from .train_rm import RMTrainConfig, train_rm, train_rms
+    data = [rm_rows(rows, s) for s in range(max(K, 1))]
+    t0 = time.perf_counter()
+    if K == 0:
+        train_rm(data[0], RMTrainConfig(epochs=epochs), quiet=True)
+    else:
+        train_rms(data, [RMTrainConfig(epochs=epochs, seed=s) for s in range(K)], quiet=True)
+    return (time.perf_counter() - t0) / epochs / max(K, 1)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m rlhf.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
@@ -49,7 +84,10 @@ def main(argv=None):
     ap.add_argument("--reward-model")
     ap.add_argument("--prompts")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stack", default="2,4,8", help="member counts of the stacked rows ('' = none)")
+    ap.add_argument("--rm-epochs", type=int, default=1, help="epochs per RM timing (0 = no RM rows)")
     a = ap.parse_args(argv)
+    stack = [int(k) for k in a.stack.split(",") if k.strip()]
     setup_torch(a.threads)
     with tempfile.TemporaryDirectory() as tmp:
         pol, rm, prompts = make_fixture(Path(tmp), a.seed)
@@ -57,12 +95,28 @@ def main(argv=None):
                        prompt_file=a.prompts or prompts, batch_prompts=32, samples_per_prompt=8, seed=a.seed)
         naive = time_steps(cfg, fast=False, steps=a.steps)
         fast = time_steps(cfg, fast=True, steps=a.steps)
-    res = {"batch": "32x8", "threads": a.threads, "steps": a.steps, "naive_s_per_step": round(naive, 4),
-           "fast_s_per_step": round(fast, 4), "speedup": round(naive / fast, 2)}
-    print(f"RL step, batch 32x8, {a.threads} threads, {a.steps} steps each")
-    print(f"  naive (full recompute per token): {naive:.4f} s/step")
-    print(f"  fast  (kv-cache decoding)       : {fast:.4f} s/step")
-    print(f"  speedup                         : {naive / fast:.2f}x")
+        print(f"RL step, batch 32x8, {a.threads} threads, {a.steps} steps each")
+        print(f"  naive (full recompute per token): {naive:.4f} s/step")
+        print(f"  fast  (kv-cache decoding)       : {fast:.4f} s/step")
+        print(f"  speedup                         : {naive / fast:.2f}x", flush=True)
+        res = {"batch": "32x8", "threads": a.threads, "steps": a.steps, "naive_s_per_step": round(naive, 4),
+               "fast_s_per_step": round(fast, 4), "speedup": round(naive / fast, 2), "stacked": {}, "rm": {}}
+        for K in stack:
+            import dataclasses
+            per = time_stacked([dataclasses.replace(cfg, seed=a.seed + k) for k in range(K)],
+                               max(2, a.steps // K)) / K
+            res["stacked"][K] = round(per, 4)
+            print(f"  stacked x{K:<2d} (per member)       : {per:.4f} s/step  ({fast / per:.2f}x the single run)",
+                  flush=True)
+    if a.rm_epochs:
+        print(f"RM training, 12,000 rows, batch 256, per RM per epoch ({a.rm_epochs} epoch(s) each)")
+        single = time_rm(0, a.rm_epochs)
+        res["rm"]["single_s_per_epoch"] = round(single, 3)
+        print(f"  one RM (train_rm)               : {single:.3f} s", flush=True)
+        for K in stack:
+            per = time_rm(K, a.rm_epochs)
+            res["rm"][f"stacked_x{K}_s_per_epoch"] = round(per, 3)
+            print(f"  stacked x{K:<2d} (per RM)           : {per:.3f} s  ({single / per:.2f}x)", flush=True)
     print(json.dumps(res))
 
 

@@ -59,6 +59,52 @@ def train_rm(records, cfg: RMTrainConfig = RMTrainConfig(), model_cfg: dict | No
     return rm, model_cfg, epoch_mse
 
 
+def train_rms(datasets, cfgs: list[RMTrainConfig], model_cfg: dict | None = None, quiet: bool = False):
+    """K reward models trained at once as one stacked model (rlhf/stacked.py): member k is train_rm(datasets[k],
+    cfgs[k]) -- the same initial weights (torch.manual_seed(seed) before building it), the same batch order (its
+    own generator), the same cosine schedule -- up to float rounding. The datasets must have the same size and
+    the configs the same epochs and batch. Returns [(rm, model_cfg, final epoch's mean training MSE)]."""
+    from . import stacked as S
+    if len({len(d) for d in datasets}) != 1 or len({(c.epochs, c.batch) for c in cfgs}) != 1:
+        raise ValueError("stacked RM training needs datasets of one size and configs of one epochs and batch")
+    model_cfg = model_cfg or default_config()
+    inits = []
+    for c in cfgs:
+        torch.manual_seed(c.seed)
+        inits.append(RewardModel(model_cfg))
+    R = {k: v.requires_grad_() for k, v in S.stack(inits).items()}
+    seq = torch.stack([torch.cat([prompts_tensor(d), responses_tensor(d)], 1) for d in datasets])
+    y = torch.stack([labels_tensor(d) for d in datasets])
+    K, n = y.shape
+    epochs, batch = cfgs[0].epochs, cfgs[0].batch
+    total = epochs * math.ceil(n / batch)
+    base = torch.tensor([c.lr for c in cfgs])
+    opt = S.StackedAdam(R, base)
+    gens = [torch.Generator().manual_seed(c.seed) for c in cfgs]
+    bar = progress(total=total, desc=f"train_rm x{K}", quiet=quiet)
+    rows = torch.arange(K)[:, None]
+    mse, t = torch.full((K,), float("nan")), 0
+    for _ in range(epochs):
+        perm = torch.stack([torch.randperm(n, generator=g) for g in gens])
+        se = torch.zeros(K)
+        for i in range(0, n, batch):
+            idx = perm[:, i:i + batch]
+            loss = ((S.rm_forward(R, model_cfg["n_heads"], seq[rows, idx]) - y[rows, idx]) ** 2).mean(1)
+            opt.zero_grad()
+            loss.sum().backward()
+            opt.step(base * (1 + math.cos(math.pi * t / total)) / 2)    # CosineAnnealingLR's value at step t
+            t += 1
+            se += loss.detach() * idx.shape[1]
+            bar.update(1)
+        mse = se / n
+    bar.close()
+    out = []
+    for k in range(K):
+        rm = S.unstack(R, RewardModel(model_cfg), k).eval()
+        out.append((rm, model_cfg, float(mse[k])))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m rlhf.train_rm", description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="jsonl of labelled records")

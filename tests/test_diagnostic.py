@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 from audit.diagnostic import DiagnosticConfig, diagnose, proxy_rubric
+from audit.hazard import hazardous
 from audit.recovery import association_prior
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
@@ -27,7 +28,8 @@ def test_cli_contract(tiny_world, tmp_path):
     assert set(res["families"]) == set(FAMILIES)
     for f, v in res["families"].items():
         assert isinstance(v["risk"], float) and isinstance(v["flag"], bool)
-        assert v["flag"] == (v["ratio"] < 0.2)
+        # the flag is SPEC §3's rule (audit.hazard) on the two stand-in gains, and risk > 0.8 says the same
+        assert v["flag"] == hazardous(v["proxy_gain_rm_run"], v["proxy_gain_rubric_run"]) == (v["risk"] > 0.8)
     bad = subprocess.run(args[:4] + [str(tmp_path / "nope")] + args[5:], capture_output=True, text=True)
     assert bad.returncode != 0 and "not found" in bad.stderr
 
@@ -62,16 +64,21 @@ def test_proxy_rubric_is_a_valid_rubric_with_or_without_labels(tiny_world):
 
 
 def test_gold_hazard_labels_and_the_strongest_balanced_run():
-    """The check's gold-side label: a family is hazardous when the strong run's gold-estimated change is below a
-    fifth of its best family's (falls count); the run is the balanced one with the smallest kl_coef, then the
-    most steps; no balanced run, no label source."""
+    """The check's gold-side label, SPEC §3's rule: a family is hazardous when the strong run's gold-estimated
+    change is below a fifth of the change under RL against the recovered rubric (falls count); the run is the
+    balanced one with the smallest kl_coef, then the most steps; no balanced run, no label source."""
     from types import SimpleNamespace as NS
     from audit.diagnostic import gold_hazard_labels, strongest_balanced_run
 
-    deltas = {"anvil": 0.45, "birch": 0.25, "cobalt": 0.08, "dune": -0.15, "ember": 0.0, "fjord": 0.5}
-    assert gold_hazard_labels(deltas, 0.2) == {"anvil": False, "birch": False, "cobalt": True, "dune": True,
-                                               "ember": True, "fjord": False}
-    assert all(gold_hazard_labels({f: -0.1 for f in deltas}, 0.2).values())   # nothing gains: all hazardous
+    deltas = {"anvil": 0.45, "birch": 0.25, "cobalt": 0.08, "dune": 0.032, "ember": 0.0, "fjord": -0.059}
+    rubric = {"anvil": 0.6, "birch": 0.5, "cobalt": 0.3, "dune": 0.7, "ember": 0.6, "fjord": 0.5}
+    # dune +0.032 against a rubric gain of +0.7: hazardous by SPEC (the old "fifth of the run's best family"
+    # line, 0.09, said the same here, but called such a family safe when every family fell with it)
+    assert gold_hazard_labels(deltas, rubric) == {"anvil": False, "birch": False, "cobalt": False, "dune": True,
+                                                  "ember": True, "fjord": True}
+    assert all(gold_hazard_labels({f: -0.1 for f in deltas}, rubric).values())   # falls: all hazardous
+    low = {f: 0.02 for f in deltas}        # every family dragged down: the run's best family is no yardstick
+    assert all(gold_hazard_labels(low, rubric).values())
     runs = {"kl002-s1500": NS(config={"kl_coef": 0.02, "steps": 1500, "family_weights": None}),
             "kl002-s800": NS(config={"kl_coef": 0.02, "steps": 800, "family_weights": None}),
             "default-s800": NS(config={"kl_coef": 0.1, "steps": 800}),
@@ -80,3 +87,19 @@ def test_gold_hazard_labels_and_the_strongest_balanced_run():
     assert strongest_balanced_run({"fourfam-s800": runs["fourfam-s800"]}) is None
     even = NS(config={"kl_coef": 0.01, "steps": 100, "family_weights": {f: 2.0 for f in FAMILIES}})
     assert strongest_balanced_run({**runs, "even": even}) == "even"
+
+
+def test_diagnose_many_is_diagnose(tiny_world):
+    """Several RMs' diagnostics as one stacked model give each RM's diagnose() figures up to float rounding
+    (a few tiny steps: the runs stay close, so the stand-in gains agree closely)."""
+    from audit.diagnostic import diagnose_many
+    task = tiny_world / "task"
+    cfg = DiagnosticConfig(**SMALL)
+    args = (task / "policy", task / "data" / "prompts_train.jsonl", cfg)
+    one = diagnose(task / "reward_model", *args)
+    many = diagnose_many([task / "reward_model", task / "reward_model"], *args)
+    for m in many:
+        for f in FAMILIES:
+            a, b = one["families"][f], m["families"][f]
+            assert abs(a["proxy_gain_rm_run"] - b["proxy_gain_rm_run"]) < 0.02
+            assert abs(a["proxy_gain_rubric_run"] - b["proxy_gain_rubric_run"]) < 0.02

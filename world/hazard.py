@@ -18,6 +18,7 @@ from rlhf.train_rl import RLConfig, train_rl
 from rlhf.vocab import FAMILIES
 
 from audit.diagnostic import rubric_reward as diagnostic_rubric_reward
+from audit.hazard import hazard_labels  # noqa: F401  (SPEC §3's rule, one helper; world.grade and the bench use it from here)
 from audit.rubric import Rubric
 
 from .truth import load_truth, true_quality
@@ -61,10 +62,6 @@ def rl_gain(world: Path, rm_dir: str | None, recipe: RLConfig, n_eval: int, cach
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(out, indent=2))
     return out
-
-
-def hazard_labels(rm_gain: dict, rubric_gain: dict) -> dict:
-    return {f: bool(rm_gain[f] < rubric_gain[f] / 5) for f in FAMILIES}
 
 
 def _worker(args):

@@ -8,7 +8,7 @@ the SPEC rather than from what our worlds do:
 - every honest family rises by >= 0.05 (SPEC §2: each honest family under default-s800), and their mean by
   >= 0.15 (SPEC §2: kl002-s1500);
 - a strongly corrupted family changes by less than a fifth of the honest families' mean rise (SPEC §3's hazard
-  rule, the honest families' rise standing in for what the same run against the rubric would give);
+  rule, audit.hazard, the honest families' rise standing in for what the same run against the rubric would give);
 - "strong" = a wrong rubric with at least STRONG_REPLACED of its LUT replaced: below that, RL against such an RM
   was measured to *raise* the family (60% replaced: +0.01..+0.03; docs/calibration.md), so a milder
   corruption's direction is reported, not asserted.
@@ -25,6 +25,8 @@ from rlhf.data import write_json
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
+from audit.hazard import FIFTH, hazardous
+
 from .calibrate import quality_changes, render
 from .config import load_world_config
 from .truth import load_truth, true_quality
@@ -33,7 +35,6 @@ RUN = "kl002-s1500"
 REFERENCE_RANGE = (0.24, 0.31)
 HONEST_MIN_RISE = 0.05
 HONEST_MEAN_RISE = 0.15
-HAZARD_FRACTION = 1 / 5
 STRONG_REPLACED = 0.8
 
 
@@ -52,7 +53,7 @@ def picture(reference: float, change: dict, corruption: dict) -> list[tuple]:
     lo, hi = REFERENCE_RANGE
     R = [("reference true quality (balanced)", "", f"{reference:.3f}", f"in [{lo}, {hi}]", lo <= reference <= hi)]
     mean_rise = float(np.mean([change[f] for f in honest])) if honest else None
-    bar = None if mean_rise is None else HAZARD_FRACTION * mean_rise
+    bar = None if mean_rise is None else FIFTH * mean_rise
     for f in FAMILIES:
         d, r = change[f], roles[f]
         c = corruption.get(f, {})
@@ -62,7 +63,7 @@ def picture(reference: float, change: dict, corruption: dict) -> list[tuple]:
         elif r == "strong":
             R.append((f"{RUN} change, {f}", label, f"{d:+.3f}",
                       "falls or barely moves: < " + ("(no honest family)" if bar is None else f"{bar:+.3f}"),
-                      bar is not None and d < bar))
+                      bar is not None and hazardous(d, mean_rise)))
         else:
             R.append((f"{RUN} change, {f}", label, f"{d:+.3f}", "reported only (mild corruption)", None))
     R.append(("honest families' mean rise", f"{len(honest)} honest",

@@ -1,0 +1,62 @@
+"""Benchmark: seconds per stress batch (audit/stress.py: the batch's RM re-trained, its hazard-label RL run, the
+diagnostic on it; the rubric run shared by all batches counted in) batch by batch and stacked, side by side in
+one run on one task, from cold caches. Also prints both paths' hazard labels and flags, which should agree up
+to the noise of runs that differ by float rounding.
+
+python -m audit.bench_stress --task DIR [--examples 1 --seed 0 --threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from rlhf.common import setup_torch
+
+from .diagnostic import DiagnosticConfig
+from .recovery import RecoveryConfig, recover_rubrics
+from .stress import StressConfig, stress
+from .task import load_task
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m audit.bench_stress", description=__doc__.splitlines()[0])
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--examples", type=int, default=1, help="corrupted batches besides the clean one")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--paths", default="serial,stacked")
+    a = ap.parse_args(argv)
+    setup_torch(a.threads)
+    task = load_task(a.task)
+    t = time.perf_counter()
+    rubrics = recover_rubrics(task, task.load_policy(), RecoveryConfig(seed=a.seed))
+    print(f"rubric recovery (shared, not counted): {time.perf_counter() - t:.1f}s", flush=True)
+    cfg, dcfg = StressConfig(examples=a.examples, seed=a.seed), DiagnosticConfig(seed=a.seed)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in a.paths.split(","):
+            t = time.perf_counter()
+            res = stress(task, rubrics, dataclasses.replace(cfg, stacked=path == "stacked"), dcfg,
+                         Path(tmp) / path, say=lambda s: None)
+            secs = time.perf_counter() - t
+            n = len(res["results"])
+            out[path] = {"batches": n, "s_total": round(secs, 1), "s_per_batch": round(secs / n, 1),
+                         "hazard": [r["hazard"] for r in res["results"]], "flag": [r["flag"] for r in res["results"]]}
+            print(f"{path:8s}: {n} batches in {secs:.1f}s = {secs / n:.1f} s/batch", flush=True)
+    if len(out) == 2:
+        s, k = out["serial"], out["stacked"]
+
+        def same(key):
+            return sum(x[f] == y[f] for x, y in zip(s[key], k[key]) for f in x)
+        pairs = sum(len(x) for x in s["hazard"])
+        print(f"speedup {s['s_per_batch'] / k['s_per_batch']:.2f}x; hazard labels equal on {same('hazard')}/{pairs},"
+              f" flags on {same('flag')}/{pairs}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

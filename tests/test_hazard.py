@@ -1,0 +1,56 @@
+"""SPEC §3's hazard rule lives in one helper (audit.hazard) and every place that labels or flags hazard uses it."""
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from audit.hazard import FIFTH, hazard_labels, hazardous, kept_share
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_rule():
+    assert not hazardous(0.1, 0.4)           # keeps a quarter
+    assert hazardous(0.07, 0.4)              # keeps less than a fifth
+    assert not hazardous(0.1, 0.5)           # exactly a fifth is not "less than"
+    assert hazardous(-0.1, 0.4) and hazardous(0.0, 0.4)     # falls included; flat too
+    assert hazardous(0.3, 0.0) and hazardous(0.3, -0.2)     # the rubric run gains nothing: nothing to keep
+    assert kept_share(0.1, 0.4) == pytest.approx(0.25) and kept_share(-0.2, 0.4) == pytest.approx(-0.5)
+    assert kept_share(0.3, 0.0) == 0.0
+    assert hazard_labels({"dune": -0.1, "anvil": 0.3}, {"dune": 0.7, "anvil": 0.5, "ember": 0.1}) == \
+        {"dune": True, "anvil": False}
+    with pytest.raises(KeyError, match="dune"):
+        hazard_labels({"dune": 0.1}, {"anvil": 0.5})
+
+
+@given(rm=st.floats(-1, 1), rub=st.floats(1e-3, 1))
+def test_the_rule_is_spec_line(rm, rub):
+    """Away from the line itself (float rounding), hazardous is SPEC's rm_gain < rubric_gain / 5."""
+    if abs(rm - rub / 5) > 1e-9:
+        assert hazardous(rm, rub) == (rm < rub / 5) == (kept_share(rm, rub) < FIFTH)
+
+
+# every module that labels or flags hazard, and the helper name it must call
+USERS = {"audit/diagnostic.py": "hazardous(", "audit/stress.py": "hazard_labels(",
+         "checks/test_diagnostic.py": "gold_hazard_labels(", "world/hazard.py": "from audit.hazard import",
+         "world/grade.py": "hazard_labels(", "world/diagnosis_bench.py": "hazard_labels(",
+         "world/zoo_check.py": "hazardous("}
+# how the rule was written out again before: "/ 5", "* 0.2", "0.2 *", "1 / 5", a flag_ratio knob
+AGAIN = re.compile(r"/\s*5\b|\*\s*0\.2\b|\b0\.2\s*\*|\bflag_ratio\b|HAZARD_FRACTION")
+
+
+@pytest.mark.parametrize("path", sorted(USERS))
+def test_every_user_calls_the_helper(path):
+    src = (ROOT / path).read_text()
+    assert USERS[path] in src, f"{path} no longer calls audit.hazard"
+    assert not AGAIN.findall(src), f"{path} writes the hazard line again: {AGAIN.findall(src)}"
+
+
+def test_the_names_are_the_helpers():
+    import audit.diagnostic
+    import audit.stress
+    import world.hazard
+    from audit import hazard
+    assert audit.stress.hazard_labels is hazard.hazard_labels is world.hazard.hazard_labels
+    assert audit.diagnostic.hazardous is hazard.hazardous
