@@ -32,7 +32,7 @@ help:
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
-	$(PY) -m pip install -q --disable-pip-version-check -e .
+	$(PY) -m pip install -q --no-compile --disable-pip-version-check -e .
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -88,11 +88,11 @@ def draw_crowd_batch(world_dir, corruption: dict[str, Corruption], seed: int, n_
 
 
 def retrain_rm(batch: dict, out_dir, *, fast: bool = True, seed: int = 0, qa_per_family: int = 200,
-               quiet: bool = True) -> Path:
+               quiet: bool = True, epochs: int | None = None) -> Path:
     """Train an RM on a crowd batch (fast preset: 10 epochs; full: the canonical build's WorldConfig.rm_epochs) and write an RM dir the diagnostic can
-    read: rm.safetensors, config.json and its own QA sample train.jsonl."""
+    read: rm.safetensors, config.json and its own QA sample train.jsonl. `epochs` overrides the preset's."""
     out = Path(out_dir)
-    cfg = RMTrainConfig(epochs=10 if fast else WorldConfig().rm_epochs, seed=seed)
+    cfg = RMTrainConfig(epochs=epochs or (10 if fast else WorldConfig().rm_epochs), seed=seed)
     torch.manual_seed(seed)
     rm, mcfg, mse = train_rm(batch["rows"], cfg, quiet=quiet)
     save_rm(rm, mcfg, out)

@@ -25,7 +25,8 @@ def _pearson(x, y) -> float:
     return round(pearson(x, y), 3)
 
 
-def fidelity(world: Path, seed: int = 7) -> dict:
+def fidelity(world: Path, seed: int = 7, full_epochs: int | None = None) -> dict:
+    """The fast RM preset against the full one (`full_epochs` overrides the full preset's epochs: tests)."""
     spec = {"dune": Corruption(**preset("canonical").corruption["dune"]),
             "birch": Corruption("scaled", scale=1.6, replaced_share=0.5)}
     batch = draw_crowd_batch(world, spec, seed=seed)
@@ -36,7 +37,8 @@ def fidelity(world: Path, seed: int = 7) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for name, fast in (("fast", True), ("full", False)):
             t = time.time()
-            rm, _ = load_rm(retrain_rm(batch, Path(tmp) / name, fast=fast, seed=0))
+            rm, _ = load_rm(retrain_rm(batch, Path(tmp) / name, fast=fast, seed=0,
+                                         epochs=None if fast else full_epochs))
             row = {"train_s": round(time.time() - t, 1)}
             for f in FAMILIES:
                 g = [r for r in gold if r["family"] == f]
