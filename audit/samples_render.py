@@ -17,11 +17,11 @@ import jsonschema
 from rlhf.atomic import atomic_write_text
 
 from audit.evidence import inputs_fingerprint, load_evidence, to_jsonable
-from audit.render import STAGING, TEMPLATES, AnswerSchemaError, Claims, _env, _is_ci, _is_num, _oneline, _save
+from audit.render import (MEASURED_DECIMALS, STAGING, TEMPLATES, AnswerSchemaError, Claims, _env, _is_ci, _is_num,
+                          _oneline, _save, measured)
 
 SCHEMA_PATH = TEMPLATES / "samples_answer.schema.json"
 FIGURE_NAMES = ("estimates.png", "proxy_vs_gold.png")
-DECIMALS = 4
 
 RUN = "run.passes_release_rule"
 SHIPPED = "shipped.improves_over_reference"
@@ -29,20 +29,6 @@ AGREE = "proxy.agrees_with_gold"
 SCALE = "proxy.on_common_scale"
 DESIGN = "gold.random_subset"
 STRESS = "proxy.corruption_detection"
-
-
-def rounded(x, nd: int = DECIMALS):
-    """Every float rounded to nd decimals (ints, bools, strings as they are); -0.0 becomes 0.0."""
-    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
-        return x
-    if isinstance(x, float):
-        return round(x, nd) + 0.0
-    if isinstance(x, dict):
-        return {k: rounded(v, nd) for k, v in x.items()}
-    if isinstance(x, list):
-        return [rounded(v, nd) for v in x]
-    return x
-
 
 FAMILY_KEYS = ("estimate", "ci95", "ci95_gold_only", "reference", "delta", "delta_ci95", "delta_ci95_gold_only",
                "proxy_mean", "n_samples", "n_gold", "lam", "widened")
@@ -133,11 +119,11 @@ def build_answer(doc: dict) -> dict:
             **{k: stress["details"].get(k) for k in ("examples", "kinds", "claims")},
             "check_status": stress["status"],
             "check_message": _oneline(stress["message"]) if stress["status"] != "pass" else None},
-        "precision": f"estimates, interval bounds, correlations, ratios and rates rounded to {DECIMALS} decimals",
+        "precision": f"estimates, interval bounds, correlations, ratios and rates rounded to {MEASURED_DECIMALS} decimals",
         "checks": {"passed": statuses.count("pass"), "failed": statuses.count("fail") + statuses.count("error"),
                    "evidence": "evidence.json"},
     }
-    return rounded(to_jsonable(answer))
+    return measured(to_jsonable(answer))
 
 
 def validate_answer(answer: dict) -> None:
