@@ -33,8 +33,9 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
 	$(PY) -m pip install -q --no-compile --disable-pip-version-check -e .
-	@# byte-compile on every core (pip compiles on one: 73 s -> 29 s + this); failures are pip's to ignore too
-	-$(PY) -m compileall -q -j 0 .venv/lib > /dev/null
+	@# byte-compile on every core (pip compiles on one: 73 s vs 49 s for both steps on a clean clone); a file that
+	@# does not compile (a newer Python's syntax in a package's test module) is skipped, as pip skips it
+	@$(PY) -m compileall -q -j 0 .venv/lib > /dev/null 2>&1 || true
 	touch $(STAMP)
 
 install: $(STAMP)
