@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from world.diagnosis_bench import draw_specs, summarise
 from rlhf.vocab import FAMILIES
 
@@ -17,25 +19,46 @@ def test_specs_start_clean_and_cover_both_kinds():
     assert draw_specs(0, 30) == specs and draw_specs(1, 30) != specs
 
 
+def test_uniform_regime_draws_uniform_wrong_tokens_with_random_count_rows():
+    specs = draw_specs(0, 30, "uniform")
+    assert specs[0] == {} and all(1 <= len(s) <= 2 for s in specs[1:])
+    cs = [c for s in specs for c in s.values()]
+    assert {(c.kind, c.replacement, str(c.count_rows)) for c in cs} == {("wrong_rubric", "uniform", "random")}
+    assert all(0.4 <= c.replaced_share <= 0.95 and 0.05 <= c.rho <= 0.4 for c in cs)
+    assert draw_specs(0, 30, "uniform") == specs
+    with pytest.raises(ValueError, match="regime"):
+        draw_specs(0, 3, "policy")
+
+
 def test_summary_counts():
-    rows = [{"world": "w", "batch": 0, "family": f, "clean_batch": True, "hazard": False, "risk": 0.1 * i,
-             "flag": i == 5, "diagnostic_s": 10.0} for i, f in enumerate(FAMILIES)]
-    rows += [{"world": "w", "batch": 1, "family": f, "clean_batch": False, "hazard": i >= 4, "risk": 0.2 * i,
-              "flag": i >= 4, "diagnostic_s": 20.0} for i, f in enumerate(FAMILIES)]
-    s = summarise(rows)["all"]
+    rows = [{"world": "w", "batch": 0, "family": f, "clean_batch": True, "corrupted": False, "hazard": False,
+             "risk": 0.1 * i, "flag": i == 5, "diagnostic_s": 10.0} for i, f in enumerate(FAMILIES)]
+    # batch 1: fjord corrupted (hazardous, flagged); ember a collateral hazard, missed (risk 0.6)
+    rows += [{"world": "w", "batch": 1, "family": f, "clean_batch": False, "corrupted": f == "fjord",
+              "hazard": i >= 4, "risk": 0.1 * i + 0.1 * (f == "fjord"), "flag": f == "fjord", "diagnostic_s": 20.0}
+             for i, f in enumerate(FAMILIES)]
+    summ = summarise(rows)
+    s = summ["all"]
     assert s["pairs"] == 12 and s["hazardous"] == 2 and s["false_flags_clean"] == 1 and s["false_flags"] == 1
-    assert s["flag_accuracy"] == 11 / 12 and s["s_per_rm"] == 15.0 and 0.5 < s["auroc"] <= 1.0
+    assert s["flag_accuracy"] == 10 / 12 and s["missed"] == 1 and s["s_per_rm"] == 15.0 and 0.5 < s["auroc"] <= 1.0
+    assert set(summ) == {"all", "w", "[corrupted]", "[bystander]", "[clean]"}
+    by = summ["[bystander]"]
+    assert by["pairs"] == 5 and by["hazardous"] == 1 and by["missed"] == 1 and by["flag_accuracy"] == 4 / 5
+    assert by["auroc"] == 1.0 and summ["[corrupted]"]["pairs"] == 1 and summ["[clean]"]["false_flags_clean"] == 1
 
 
 def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     out = tmp_path / "bench.json"
     r = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tiny_world), "--quick", "--out",
-                        str(out)], capture_output=True, text=True)
+                        str(out), "--regime", "uniform", "--cache-dir", str(tmp_path / "cache")],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
     assert len(res["rows"]) == 2 * len(FAMILIES)
     assert all("risk" in row and isinstance(row["hazard"], bool) for row in res["rows"])
-    assert res["rows"][0]["clean_batch"] and "AUROC" in r.stdout
+    assert res["rows"][0]["clean_batch"] and "AUROC" in r.stdout and "[bystander]" in r.stdout
+    assert {c["replacement"] for row in res["rows"] if row["spec"] for c in [row["spec"]]} == {"uniform"}
+    assert list((tmp_path / "cache" / tiny_world.name).glob("rm-*/rm.safetensors"))   # caches where told
     assert "[bench] 2/2 RMs trained" in r.stderr                      # progress on long sweeps
     bad = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tmp_path)], capture_output=True,
                          text=True)

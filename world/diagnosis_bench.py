@@ -15,6 +15,13 @@ to the diagnostic only re-runs the diagnostic.
 
     python -m world.diagnosis_bench worlds/canonical /work/worlds/full-lut ... --rms 8 --out bench.json
     python -m world.diagnosis_bench WORLD --quick       # tiny settings, for tests
+    python -m world.diagnosis_bench WORLD --regime uniform --cache-dir DIR   # the uniform-token regime, caches in DIR
+
+--regime picks how batches are corrupted: "mixed" (default: everything above) or "uniform", the regime of a
+held-out generator the diagnostic did worst on (issue 18): wrong rubrics whose replaced entries are *uniformly*
+drawn tokens, count rows at random, in one or two families a batch. The summary reports every figure overall,
+per world, and per kind of family: corrupted, uncorrupted in a corrupted batch (where collateral hazards live),
+and families of clean batches.
 """
 from __future__ import annotations
 
@@ -48,6 +55,8 @@ class BenchConfig:
     n_per_family: int | None = None   # crowd rows per family (None: the world's)
     qa_per_family: int = 200
     diagnostic_args: tuple = ()       # extra CLI flags for audit.diagnostic
+    regime: str = "mixed"             # how batches are corrupted (REGIMES)
+    cache_dir: str | None = None      # RMs and hazard gains: DIR/<world name>/ (None: each world's bench_cache/)
 
     @classmethod
     def quick(cls, seed: int = 0) -> "BenchConfig":
@@ -57,14 +66,30 @@ class BenchConfig:
                                                       "--eval-prompts-per-family", "60"))
 
 
-def draw_specs(seed: int, n: int) -> list[dict]:
+REGIMES = ("mixed", "uniform")
+
+
+def draw_specs(seed: int, n: int, regime: str = "mixed") -> list[dict]:
     """n batch specs: the first clean, then one or two corrupted families each, of both kinds and every
-    severity SPEC §1 allows (the world's own corruption plays no part: every batch is drawn afresh)."""
+    severity SPEC §1 allows (the world's own corruption plays no part: every batch is drawn afresh).
+    regime "uniform": wrong rubrics only, replaced entries drawn uniformly, count rows at random (rho, scale and
+    replaced share drawn as in "mixed")."""
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {'|'.join(REGIMES)}, got {regime!r}")
     rng = np.random.default_rng(seed)
     specs = [{}]
     for _ in range(1, n):
         spec = {}
-        for f in rng.choice(FAMILIES, size=int(rng.integers(1, 3)), replace=False):
+        fams = rng.choice(FAMILIES, size=int(rng.integers(1, 3)), replace=False)
+        if regime == "uniform":
+            for f in fams:
+                spec[str(f)] = Corruption("wrong_rubric", rho=float(rng.uniform(0.05, 0.4)),
+                                          scale=float(rng.choice([8.0, 8.0, 3.0, 4.0])),
+                                          replaced_share=float(rng.uniform(0.4, 0.95)), replacement="uniform",
+                                          count_rows="random")
+            specs.append(spec)
+            continue
+        for f in fams:
             share = float(rng.uniform(0.4, 0.95))
             repl = str(rng.choice(["policy", "policy_sampled", "uniform"]))
             if rng.random() < 0.35:
@@ -102,12 +127,18 @@ def _train_rm(world: str, spec: dict, i: int, cfg: BenchConfig, out: str) -> str
     return str(d)
 
 
+def cache_root(world, cfg: BenchConfig) -> Path:
+    """Where a world's RMs and hazard gains are cached: --cache-dir/<world name>, else WORLD/bench_cache."""
+    world = Path(world)
+    return Path(cfg.cache_dir) / world.name if cfg.cache_dir else world / "bench_cache"
+
+
 def _gain(world: str, rm_dir: str | None, cfg: BenchConfig) -> dict:
     from rlhf.common import setup_torch
     from .hazard import rl_gain, strong_recipe
     setup_torch(1)
     recipe = strong_recipe(Path(world) / "task", cfg.steps, cfg.batch_prompts, cfg.samples_per_prompt)
-    return rl_gain(Path(world), rm_dir, recipe, cfg.n_eval, Path(world) / "bench_cache" / "gains")
+    return rl_gain(Path(world), rm_dir, recipe, cfg.n_eval, cache_root(world, cfg) / "gains")
 
 
 def _diagnose(world: str, rm_dir: str, cfg: BenchConfig) -> dict:
@@ -140,9 +171,9 @@ def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: No
     train_rm, gain, diagnose = (ray.remote(num_cpus=1)(f) for f in (_train_rm, _gain, _diagnose))
     plan = []
     for wi, w in enumerate(map(Path, worlds)):
-        specs = draw_specs(cfg.seed * 7919 + wi, cfg.rms)
+        specs = draw_specs(cfg.seed * 7919 + wi, cfg.rms, cfg.regime)
         for i, spec in enumerate(specs):
-            out = w / "bench_cache" / f"rm-{_spec_key(w, spec, i, cfg)}"
+            out = cache_root(w, cfg) / f"rm-{_spec_key(w, spec, i, cfg)}"
             plan.append((w, i, spec, train_rm.remote(str(w), spec, i, cfg, str(out))))
     rubric = {str(w): gain.remote(str(w), None, cfg) for w in map(Path, worlds)}
     rm_dirs = _wait([p[3] for p in plan], "RMs trained", say)
@@ -169,8 +200,15 @@ def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: No
             "summary": summarise(rows)}
 
 
+def family_kind(row) -> str:
+    """corrupted (its own labels corrupted), bystander (uncorrupted, in a corrupted batch: where collateral
+    hazards live), clean (a family of a clean batch)."""
+    return "clean" if row["clean_batch"] else "corrupted" if row["corrupted"] else "bystander"
+
+
 def summarise(rows) -> dict:
-    """AUROC, flag accuracy, false flags on clean batches, seconds per RM: overall and per world."""
+    """AUROC, flag accuracy, false flags on clean batches, seconds per RM: overall, per world, and per kind of
+    family (family_kind) over all worlds."""
     def part(rs):
         ok = [r for r in rs if "risk" in r]
         lab = [r["hazard"] for r in ok]
@@ -180,9 +218,12 @@ def summarise(rows) -> dict:
                 "false_flags_clean": int(sum(r["flag"] and not r["hazard"] for r in ok if r["clean_batch"])),
                 "false_flags": int(sum(r["flag"] and not r["hazard"] for r in ok)),
                 "missed": int(sum(r["hazard"] and not r["flag"] for r in ok)),
-                "s_per_rm": float(np.mean([r["diagnostic_s"] for r in rs[::len(FAMILIES)]])) if rs else None}
+                "s_per_rm": (float(np.mean([r["diagnostic_s"] for r in rs if r["family"] == rs[0]["family"]]))
+                             if rs else None)}
     worlds = sorted({r["world"] for r in rows})
-    return {"all": part(rows), **{w: part([r for r in rows if r["world"] == w]) for w in worlds}}
+    kinds = [k for k in ("corrupted", "bystander", "clean") if any(family_kind(r) == k for r in rows)]
+    return {"all": part(rows), **{w: part([r for r in rows if r["world"] == w]) for w in worlds},
+            **{f"[{k}]": part([r for r in rows if family_kind(r) == k]) for k in kinds}}
 
 
 def table(summary: dict) -> str:
@@ -205,6 +246,14 @@ def main(argv=None) -> int:
     ap.add_argument("--address", default=None, help="a Ray cluster's address (default: a local Ray)")
     ap.add_argument("--quick", action="store_true", help="tiny settings (tests, smoke runs)")
     ap.add_argument("--out", default=None, help="JSON with every row and the summary")
+    ap.add_argument("--regime", choices=REGIMES, default="mixed",
+                    help="how batches are corrupted: mixed (every kind) or uniform (uniform wrong tokens, count rows "
+                         "at random)")
+    ap.add_argument("--cache-dir", default=None,
+                    help="cache RMs and hazard gains under DIR/<world name> (default: each world's bench_cache/)")
+    ap.add_argument("--diagnostic-arg", action="append", default=[], metavar="ARG",
+                    help="an extra argument for python -m audit.diagnostic (repeat: --diagnostic-arg=--steps "
+                         "--diagnostic-arg=400)")
     a = ap.parse_args(argv)
     for w in a.worlds:
         if not (Path(w) / "oracle" / "truth.json").is_file():
@@ -212,6 +261,8 @@ def main(argv=None) -> int:
     cfg = BenchConfig.quick(a.seed) if a.quick else BenchConfig(seed=a.seed)
     if a.rms is not None:
         cfg = dataclasses.replace(cfg, rms=a.rms)
+    cfg = dataclasses.replace(cfg, regime=a.regime, cache_dir=a.cache_dir,
+                              diagnostic_args=tuple(cfg.diagnostic_args) + tuple(a.diagnostic_arg))
     t = time.time()
     res = bench(a.worlds, cfg, a.address, say=lambda s: print(s, file=sys.stderr, flush=True))
     res["elapsed_s"] = round(time.time() - t, 1)
