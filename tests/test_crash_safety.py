@@ -10,9 +10,9 @@ run's (`certified_tiny`, made in another OUT: paths, times and durations do not 
 Byte identity holds on any machine because both runs are on the *same* one, under one numeric fingerprint (thread
 count, kernels, MKL's reproducible mode: docs/determinism.md); tests/kill_resume.py kills at many more drawn points.
 
-To keep `make test` short, the chain's OUT starts with one cache entry copied from the uninterrupted run: the
-diagnostic (the dearest stage on the tiny world, a third to a half of a run); every other stage is computed, and
-killed, in the chain. A further kill point (e.g. during a training stage that prints a progress line) is one
+To keep `make test` short, the chain's OUT starts with two cache entries copied from the uninterrupted run: the
+diagnostic and the stress claim (the dearest stages on the tiny world, about half of a run); every other stage is
+computed, and killed, in the chain. A further kill point (e.g. during a training stage that prints a progress line) is one
 more entry in KILL_POINTS, in the order the markers appear."""
 import json
 import os
@@ -37,12 +37,11 @@ STAGE_DONE = r"\[audit\] (\S+): [\d.]+s"          # a stage finished and was cac
 KILL_POINTS = [
     ("the checks, after the first cached stage", STAGE_DONE),
     ("the checks, after the second cached stage", STAGE_DONE),
-    ("the checks, after the third cached stage", STAGE_DONE),
     ("training the own policy, after its first snapshot", r"\[audit\] own policy: snapshot at step"),
     ("after the checks, before rendering", r"\[certify\] \d+ claims"),
     ("rendering", r"\[certify\] rendering"),
 ]
-PRESEEDED = "diagnostic"
+PRESEEDED = ("diagnostic", "stress")
 OUTPUTS = re.compile(r"answer\.json|summary\.md|evidence\.json|figures/[a-z_]+\.png|checkpoint/(policy\.safetensors|config\.json)")
 
 
@@ -119,10 +118,11 @@ def assert_no_partial_output(out: Path, baseline: Path):
 def test_killed_runs_resume_to_the_same_answer(certified_tiny, tiny_world, tmp_path):
     baseline, _ = certified_tiny
     out = tmp_path / "out"
-    for p in baseline.glob(f".cache/*/{PRESEEDED}.pkl"):
-        (out / p.parent.relative_to(baseline)).mkdir(parents=True)
-        shutil.copyfile(p, out / p.relative_to(baseline))
-    assert cached_stages(out) == {PRESEEDED}
+    for stage in PRESEEDED:
+        for p in baseline.glob(f".cache/*/{stage}.pkl"):
+            (out / p.parent.relative_to(baseline)).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, out / p.relative_to(baseline))
+    assert cached_stages(out) == set(PRESEEDED)
     t0 = time.time()
     for what, marker in KILL_POINTS:
         before = cached_stages(out)
