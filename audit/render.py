@@ -315,28 +315,28 @@ def build_answer(doc: dict) -> dict:
     return {k: (v if k in ("recipe", "checks") else measured(v)) for k, v in answer.items()}
 
 
-def load_schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
+def load_schema(schema_path: Path = SCHEMA_PATH) -> dict:
+    return json.loads(schema_path.read_text())
 
 
-def validate_answer(answer: dict) -> None:
-    validator = jsonschema.Draft202012Validator(load_schema())
+def validate_answer(answer: dict, schema_path: Path = SCHEMA_PATH) -> None:
+    validator = jsonschema.Draft202012Validator(load_schema(schema_path))
     errors = sorted(validator.iter_errors(answer), key=lambda e: list(e.absolute_path))
     if errors:
         lines = [f"  {'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors[:20]]
-        raise AnswerSchemaError("answer.json would not satisfy templates/answer.schema.json:\n" + "\n".join(lines))
+        raise AnswerSchemaError(f"answer.json would not satisfy templates/{schema_path.name}:\n" + "\n".join(lines))
 
 
-def render_answer_text(answer: dict) -> str:
+def render_answer_text(answer: dict, template: str = "answer.json.j2", schema_path: Path = SCHEMA_PATH) -> str:
     """jinja2-render answer.json, parse it back and validate it; returns the rendered text (validated)."""
-    text = _env().get_template("answer.json.j2").render(a=answer)
+    text = _env().get_template(template).render(a=answer)
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as e:
-        raise AnswerSchemaError(f"templates/answer.json.j2 rendered invalid JSON: {e}") from None
+        raise AnswerSchemaError(f"templates/{template} rendered invalid JSON: {e}") from None
     if parsed != answer:
-        raise AnswerSchemaError("templates/answer.json.j2 lost or changed fields of the answer")
-    validate_answer(parsed)
+        raise AnswerSchemaError(f"templates/{template} lost or changed fields of the answer")
+    validate_answer(parsed, schema_path)
     return text if text.endswith("\n") else text + "\n"
 
 

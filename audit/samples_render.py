@@ -8,15 +8,14 @@ Precision: estimates, interval bounds, correlations, ratios and rates in answer.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-import jsonschema
 
 from rlhf.atomic import atomic_write_text
 
 from audit.evidence import inputs_fingerprint, load_evidence, to_jsonable
+from audit import render as _render
 from audit.render import (MEASURED_DECIMALS, STAGING, TEMPLATES, AnswerSchemaError, Claims, _env, _is_ci, _is_num,
                           _oneline, _save, measured)
 
@@ -127,23 +126,12 @@ def build_answer(doc: dict) -> dict:
 
 
 def validate_answer(answer: dict) -> None:
-    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
-    errors = sorted(validator.iter_errors(answer), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"  {'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors[:20]]
-        raise AnswerSchemaError(f"answer.json would not satisfy {SCHEMA_PATH.name}:\n" + "\n".join(lines))
+    _render.validate_answer(answer, SCHEMA_PATH)
 
 
 def render_answer_text(answer: dict) -> str:
-    text = _env().get_template("samples_answer.json.j2").render(a=answer)
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise AnswerSchemaError(f"templates/samples_answer.json.j2 rendered invalid JSON: {e}") from None
-    if parsed != answer:
-        raise AnswerSchemaError("templates/samples_answer.json.j2 lost or changed fields of the answer")
-    validate_answer(parsed)
-    return text if text.endswith("\n") else text + "\n"
+    """jinja2-render answer.json (templates/samples_answer.json.j2), parse it back and validate it."""
+    return _render.render_answer_text(answer, "samples_answer.json.j2", SCHEMA_PATH)
 
 
 def make_figures(answer: dict, claims: Claims, fig_dir: Path, tmp_dir: Path) -> list[str]:
