@@ -33,25 +33,23 @@ def make_fixture(d: Path, seed: int = 0):
     return str(d / "policy"), str(d / "rm"), str(d / "prompts.jsonl")
 
 
-def time_steps(cfg: RLConfig, fast: bool, steps: int, warmup: int = 3) -> float:
-    tr = RLTrainer(cfg, fast=fast)
+def _per_step(trainer, steps: int, warmup: int) -> float:
+    """Seconds per trainer.step(), after `warmup` untimed steps."""
     for _ in range(warmup):
-        tr.step()
+        trainer.step()
     t0 = time.perf_counter()
     for _ in range(steps):
-        tr.step()
+        trainer.step()
     return (time.perf_counter() - t0) / steps
+
+
+def time_steps(cfg: RLConfig, fast: bool, steps: int, warmup: int = 3) -> float:
+    return _per_step(RLTrainer(cfg, fast=fast), steps, warmup)
 
 
 def time_stacked(cfgs, steps: int, warmup: int = 2) -> float:
     from .train_rl_stacked import StackedRLTrainer
-    tr = StackedRLTrainer(cfgs)
-    for _ in range(warmup):
-        tr.step()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        tr.step()
-    return (time.perf_counter() - t0) / steps
+    return _per_step(StackedRLTrainer(cfgs), steps, warmup)
 
 
 def rm_rows(n: int, seed: int) -> list[dict]:
