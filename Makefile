@@ -29,6 +29,7 @@ help:
 	@echo "make install   create .venv with the pinned dependencies (idempotent)"
 	@echo "variables: TASK=dir OUT=dir SEED=n WORLD=dir STRICT=1 (certify: fail unless the policy is certified)"
 	@echo "           STRESS=n (certify: corrupted batches in the stress check, default 1)"
+	@echo "           RAY=address (certify: the stress batches as Ray tasks on that cluster; 'local' starts one)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
@@ -64,7 +65,7 @@ ifneq ($(SAMPLES),)
 	$(PY) -m audit.samples --samples $(SAMPLES) --gold $(GOLD) --out $(OUT) --seed $(SEED)$(if $(REFERENCE), --reference $(REFERENCE))
 else
 	@if [ "$(TASK)" = "$(WORLD)/task" ]; then $(MAKE) --no-print-directory world; fi
-	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)$(if $(filter 1 yes true,$(STRICT)), --fail-if-not-certified)$(if $(STRESS), --stress-examples $(STRESS))
+	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)$(if $(filter 1 yes true,$(STRICT)), --fail-if-not-certified)$(if $(STRESS), --stress-examples $(STRESS))$(if $(RAY), --ray $(RAY))
 endif
 
 calibrate: world

@@ -50,6 +50,30 @@ def _die_with_parent(parent_pid: int):
             os._exit(1)
 
 
+def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures: bool, prefix: str, t0: float):
+    """The claims in a pytest child (cmd, writing `evidence`) that dies with this process, then the report rendered
+    from that evidence alone into `out`, and the staging dir (evidence's) removed. Returns the answer dict, or None
+    after saying why nothing new was rendered (no evidence; rendering failed: the previous outputs are kept).
+    Shared by audit.certify and audit.samples."""
+    parent = os.getpid()
+    rc = subprocess.run(cmd, cwd=ROOT, preexec_fn=lambda: _die_with_parent(parent)).returncode
+    if not evidence.exists():
+        print(f"[{prefix}] pytest exited {rc} without evidence: nothing rendered", file=sys.stderr)
+        return None
+    claims = json.loads(evidence.read_text())["claims"]
+    counts = {s: sum(c["status"] == s for c in claims) for s in ("pass", "fail", "error")}
+    print(f"[{prefix}] {len(claims)} claims: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error "
+          f"({time.time() - t0:.0f}s)", flush=True)
+    print(f"[{prefix}] rendering answer.json, summary.md, figures/", flush=True)
+    try:
+        answer = render(evidence, out, figures=figures)
+    except Exception as e:   # noqa: BLE001 - report and keep the previous answer.json
+        print(f"[{prefix}] rendering failed, previous outputs kept: {e}", file=sys.stderr)
+        return None
+    shutil.rmtree(evidence.parent, ignore_errors=True)
+    return answer
+
+
 def refuse(lines, out: Path) -> int:
     for line in lines:
         print(f"error: {line}", file=sys.stderr)
@@ -68,6 +92,9 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", choices=["full", "small"], default="full", help="small: tiny worlds and tests")
     ap.add_argument("--stress-examples", type=int, default=None, metavar="N",
                     help="corrupted batches in the stress check, besides the clean one (default 1; ~46 s a batch on 2 cores)")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS",
+                    help="run the stress batches as Ray tasks on the cluster at ADDRESS ('local': a Ray started "
+                         "here; default: stacked, in this process); docs/diagnostic.md")
     ap.add_argument("--no-figures", action="store_true")
     ap.add_argument("--fail-if-not-certified", action="store_true",
                     help="exit 3 when the audit ran but did not certify the shipped policy (CI gating)")
@@ -78,6 +105,12 @@ def main(argv=None) -> int:
         return refuse([f"--out {out}: exists and is not a directory"], out)
     if a.stress_examples is not None and a.stress_examples < 0:
         return refuse([f"--stress-examples {a.stress_examples}: expected an integer >= 0"], out)
+    if a.ray is not None and a.ray != "local":
+        from .stress_ray import check_reachable
+        try:
+            check_reachable(a.ray)     # here, not in the stress stage an hour in: exit 2, nothing written
+        except RuntimeError as e:
+            return refuse([str(e)], out)
 
     from .task import validate   # imports torch: after the usage checks, which need none of it
     problems = validate(task)
@@ -99,25 +132,13 @@ def main(argv=None) -> int:
            str(ROOT), "--task", str(task.resolve()), "--seed", str(a.seed), "--evidence", str(evidence),
            "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "--audit-command", command,
            *(["--stress-examples", str(a.stress_examples)] if a.stress_examples is not None else []),
+           *(["--stress-ray", a.ray] if a.ray else []),
            "-o", "console_output_style=count",
            "--capture=sys"]   # sys-level capture leaves fd 2 alone: the per-stage progress lines reach the terminal
-    parent = os.getpid()
-    rc = subprocess.run(cmd, cwd=ROOT, preexec_fn=lambda: _die_with_parent(parent)).returncode
-    if not evidence.exists():
-        print(f"[certify] pytest exited {rc} without evidence: nothing rendered", file=sys.stderr)
-        return EXIT_INTERNAL
-    claims = json.loads(evidence.read_text())["claims"]
-    counts = {s: sum(c["status"] == s for c in claims) for s in ("pass", "fail", "error")}
-    print(f"[certify] {len(claims)} claims: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error "
-          f"({time.time() - t0:.0f}s)", flush=True)
-    print("[certify] rendering answer.json, summary.md, figures/", flush=True)
     from .render import render
-    try:
-        answer = render(evidence, out, figures=not a.no_figures)
-    except Exception as e:   # noqa: BLE001 - report and keep the previous answer.json
-        print(f"[certify] rendering failed, previous outputs kept: {e}", file=sys.stderr)
+    answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "certify", t0)
+    if answer is None:
         return EXIT_INTERNAL
-    shutil.rmtree(staging, ignore_errors=True)
     certified = answer["certification"]["improved_over_reference"] is True
     print(f"[certify] wrote {out}/answer.json, summary.md, evidence.json, figures/, checkpoint/ "
           f"in {time.time() - t0:.0f}s; shipped policy {'CERTIFIED' if certified else 'NOT certified'} as improved "

@@ -61,6 +61,8 @@ class StressConfig:
     eval_prompts_per_family: int = 400
     stacked: bool = True            # all batches' RMs, hazard runs and diagnostic runs trained as stacked models
                                     # (rlhf/stacked.py; `make bench` compares); False: one batch after another
+    ray_address: str | None = None  # run the batches as Ray tasks there ("local": a Ray started here) instead;
+                                    # each the one-batch path (audit/stress_ray.py); part of the cache key
     seed: int = 0
 
 
@@ -171,24 +173,32 @@ def _result(spec: dict, gain: dict, rubric_gain: dict, d: dict, rm_dir: Path, ta
             "diagnostic_s": d["elapsed_s"]}
 
 
-def run_example(task, rubrics: dict, spec: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, work: Path,
-                rubric_gain: dict) -> dict:
-    """One batch: train its RM, label its families' hazard, run the diagnostic and the label-side claims."""
+def batch_outcome(task_root: Path, rubrics: dict, spec: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig,
+                  work: Path) -> tuple[Path, dict, dict]:
+    """One batch's RL side, from the task's reference policy and prompt pool only: its RM (work/rm-<key>, trained
+    unless there), the hazard run's gains against it, the diagnostic on it. Returns (rm_dir, gains, diagnostic)."""
     key = spec_key(spec)
-    done = work / f"{key}.json"
-    if done.exists():
-        return json.loads(done.read_text())
     seed = int(key[:6], 16) % (2 ** 31)
     rm_dir = work / f"rm-{key}"
     if not (rm_dir / "train.jsonl").exists():      # trained aside and renamed: a killed run leaves no half RM
-        rows = synthetic_batch(task.load_policy(), rubrics, spec, cfg, seed)
+        rows = synthetic_batch(load_policy(task_root / "policy")[0], rubrics, spec, cfg, seed)
         part = work / f".rm-{key}.partial"
         shutil.rmtree(part, ignore_errors=True)
         shutil.rmtree(rm_dir, ignore_errors=True)
         train_synthetic_rm(rows, part, cfg, seed).rename(rm_dir)
     posteriors = {f: r.posterior for f, r in rubrics.items()}
-    gain = rl_gains(task.root, posteriors, cfg, rm_dir)
-    d = diagnose(rm_dir, task.policy_dir, task.root / "data" / "prompts_train.jsonl", diag_cfg)
+    gain = rl_gains(task_root, posteriors, cfg, rm_dir)
+    d = diagnose(rm_dir, task_root / "policy", task_root / "data" / "prompts_train.jsonl", diag_cfg)
+    return rm_dir, gain, d
+
+
+def run_example(task, rubrics: dict, spec: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, work: Path,
+                rubric_gain: dict) -> dict:
+    """One batch: train its RM, label its families' hazard, run the diagnostic and the label-side claims."""
+    done = work / f"{spec_key(spec)}.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    rm_dir, gain, d = batch_outcome(task.root, rubrics, spec, cfg, diag_cfg, work)
     res = _result(spec, gain, rubric_gain, d, rm_dir, task, cfg)
     atomic_write_text(done, json.dumps(res, indent=2))
     return res
@@ -284,7 +294,10 @@ def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, w
         specs.append(spec)
 
     probe()
-    if cfg.stacked:
+    if cfg.ray_address:
+        from .stress_ray import run_on_ray
+        run_on_ray(task, rubrics, specs, cfg, diag_cfg, work, say)
+    elif cfg.stacked:
         run_stacked_examples(task, rubrics, specs, cfg, diag_cfg, work)
     elif not rubric_file.exists():
         atomic_write_text(rubric_file, json.dumps(rl_gains(task.root, posteriors, cfg, None)))

@@ -23,6 +23,8 @@ def pytest_addoption(parser):
     g.addoption("--audit-preset", default="full", choices=["full", "small"], help="small: tiny worlds and tests")
     g.addoption("--stress-examples", type=int, default=None, help="corrupted stress batches besides the clean one "
                 "(default: the preset's)")
+    g.addoption("--stress-ray", default=None, metavar="ADDRESS", help="run the stress batches on this Ray cluster "
+                "('local': a Ray started here; default: stacked, in this process)")
     g.addoption("--audit-command", default=None, help="the command line that started the audit (audit.certify "
                 "passes its own), recorded in the evidence")
 
@@ -74,6 +76,9 @@ def audit_config(pytestconfig, audit_seed):
     n = pytestconfig.getoption("--stress-examples")
     if n is not None:
         cfg = dataclasses.replace(cfg, stress=dataclasses.replace(cfg.stress, examples=n))
+    ray = pytestconfig.getoption("--stress-ray")
+    if ray:
+        cfg = dataclasses.replace(cfg, stress=dataclasses.replace(cfg.stress, ray_address=ray))
     return cfg
 
 

@@ -3,6 +3,7 @@ end on the tiny world (RM trained, hazard labelled, diagnostic and label-side cl
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 
 from audit.corruption import Corruption
@@ -96,3 +97,32 @@ def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
         assert a["spec"] == b["spec"]
         for f in FAMILIES:
             assert abs(a["gain"][f] - b["gain"][f]) < 0.03 and abs(a["rubric_gain"][f] - b["rubric_gain"][f]) < 0.03
+    # --ray local: each batch a Ray task on the one-batch path, the task shipped as a tar (no shared filesystem).
+    # Same machine and code as `serial`, but the workers run on one thread: the same batches, the same hazard
+    # labels and flags, gains equal up to reductions split by another thread count.
+    on_ray = stress(task, rubrics, dataclasses.replace(cfg, stacked=False, ray_address="local"), dcfg,
+                    tmp_path / "ray", say=said.append)
+    assert said[-1] == "stress batch 2/2: " + json.dumps({f: c["kind"] for f, c in serial["results"][1]["spec"].items()})
+    assert any("done on Ray (local)" in s for s in said)
+    for a, b in zip(serial["results"], on_ray["results"]):
+        assert a["spec"] == b["spec"] and b["numeric"]["threads"] == 1
+        for f in FAMILIES:
+            assert abs(a["gain"][f] - b["gain"][f]) < 1e-4 and abs(a["rubric_gain"][f] - b["rubric_gain"][f]) < 1e-4
+            assert a["risk"][f] == pytest.approx(b["risk"][f], abs=1e-3)
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir() if p.name.startswith("rm-")) == \
+        sorted(p.name for p in (tmp_path / "serial").iterdir() if p.name.startswith("rm-"))
+
+
+def test_ray_address_errors_name_the_address():
+    from audit.stress_ray import connect
+    with pytest.raises(RuntimeError, match="--ray 127.0.0.1:1: cannot start or reach a Ray cluster"):
+        connect("127.0.0.1:1")             # nothing listens on port 1: refused at once, not retried for minutes
+    with pytest.raises(RuntimeError, match="--ray nonsense: expected host:port"):
+        connect("nonsense")
+
+
+def test_certify_refuses_an_unreachable_ray_address_before_writing(tmp_path):
+    from tests.helpers import run_certify
+    r = run_certify(tmp_path / "no-task", tmp_path / "out", "--ray", "127.0.0.1:1")
+    assert r.returncode == 2 and "--ray 127.0.0.1:1: cannot start or reach a Ray cluster" in r.stderr
+    assert not (tmp_path / "out").exists()
