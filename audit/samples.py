@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from .certify import _die_with_parent
+from .certify import run_claims_and_render
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGING = ".staging"
@@ -140,19 +138,10 @@ def main(argv=None) -> int:
            "--rootdir", str(ROOT), "--samples-settings", str(settings_file), "--seed", str(a.seed),
            "--evidence", str(evidence), "--audit-command", command, "-o", "console_output_style=count",
            "--capture=sys"]
-    parent = os.getpid()
-    rc = subprocess.run(cmd, cwd=ROOT, preexec_fn=lambda: _die_with_parent(parent)).returncode
-    if not evidence.exists():
-        print(f"[samples] pytest exited {rc} without evidence: nothing rendered", file=sys.stderr)
-        return EXIT_INTERNAL
-    print("[samples] rendering answer.json, summary.md, figures/", flush=True)
     from .samples_render import render
-    try:
-        answer = render(evidence, out, figures=not a.no_figures)
-    except Exception as e:   # noqa: BLE001 - report and keep the previous answer.json
-        print(f"[samples] rendering failed, previous outputs kept: {e}", file=sys.stderr)
+    answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "samples", t0)
+    if answer is None:
         return EXIT_INTERNAL
-    shutil.rmtree(staging, ignore_errors=True)
     ship = answer["certification"]
     print(f"[samples] wrote {out}/answer.json, summary.md, evidence.json, figures/ in {time.time() - t0:.0f}s; "
           + (f"ship '{ship['run']}' (estimated true quality {ship['estimated_true_quality']:.4f})"
