@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from world.diagnosis_bench import draw_specs, summarise
@@ -26,6 +27,9 @@ def test_uniform_regime_draws_uniform_wrong_tokens_with_random_count_rows():
     assert {(c.kind, c.replacement, str(c.count_rows)) for c in cs} == {("wrong_rubric", "uniform", "random")}
     assert all(0.4 <= c.replaced_share <= 0.95 and 0.05 <= c.rho <= 0.4 for c in cs)
     assert draw_specs(0, 30, "uniform") == specs
+    mild = [c for s in draw_specs(0, 30, "uniform-mild") for c in s.values()]
+    assert {(c.kind, c.replacement, str(c.count_rows)) for c in mild} == {("wrong_rubric", "uniform", "random")}
+    assert all(0.1 <= c.replaced_share <= 0.45 and 0 <= c.rho <= 0.12 for c in mild)
     with pytest.raises(ValueError, match="regime"):
         draw_specs(0, 3, "policy")
 
@@ -50,7 +54,7 @@ def test_summary_counts():
 def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     out = tmp_path / "bench.json"
     r = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tiny_world), "--quick", "--out",
-                        str(out), "--regime", "uniform", "--cache-dir", str(tmp_path / "cache")],
+                        str(out), "--regime", "uniform", "--cache-dir", str(tmp_path / "cache"), "--alt-label", "10,2e-3"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
@@ -58,6 +62,11 @@ def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     assert all("risk" in row and isinstance(row["hazard"], bool) for row in res["rows"])
     assert res["rows"][0]["clean_batch"] and "AUROC" in r.stdout and "[bystander]" in r.stdout
     assert {c["replacement"] for row in res["rows"] if row["spec"] for c in [row["spec"]]} == {"uniform"}
+    # --alt-label: every pair labelled again by the shorter recipe, and the agreement reported
+    assert all(isinstance(row["hazard_alt"], bool) and np.isfinite(row["rm_gain_alt"]) for row in res["rows"])
+    agree = np.mean([row["hazard_alt"] == row["hazard"] for row in res["rows"]])
+    assert res["summary"]["all"]["alt_label_agreement"] == agree and "agree with the hazard labels" in r.stdout
+    assert res["config"]["alt_label"] == [10, 0.002]
     assert list((tmp_path / "cache" / tiny_world.name).glob("rm-*/rm.safetensors"))   # caches where told
     assert "[bench] 2/2 RMs trained" in r.stderr                      # progress on long sweeps
     bad = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tmp_path)], capture_output=True,

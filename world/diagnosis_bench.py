@@ -9,9 +9,10 @@ Reports AUROC of risk against the hazard label, flag accuracy, false flags on cl
 over everything and per world; writes every row to --out.
 
 The sweep is embarrassingly parallel (RM training, RL runs, diagnostics): it runs on Ray, local by default
-(one CPU per task: two at a time on two cores), on a cluster when given --address. RMs and hazard gains are
-cached on disk under each world (bench_cache/), keyed by batch spec and RM hash, so re-running after a change
-to the diagnostic only re-runs the diagnostic.
+(one CPU per task: two at a time on two cores), on a cluster when given --ray ADDRESS (its tasks read and write
+the worlds and the cache by path: every node needs them at the same paths, i.e. a shared filesystem). RMs and
+hazard gains are cached on disk under each world (bench_cache/), keyed by batch spec and RM hash, so re-running
+after a change to the diagnostic only re-runs the diagnostic.
 
     python -m world.diagnosis_bench worlds/canonical /work/worlds/full-lut ... --rms 8 --out bench.json
     python -m world.diagnosis_bench WORLD --quick       # tiny settings, for tests
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from audit.stats import auroc
+from rlhf.atomic import atomic_write_text
 from rlhf.data import write_json
 from rlhf.vocab import FAMILIES
 
@@ -57,6 +59,8 @@ class BenchConfig:
     diagnostic_args: tuple = ()       # extra CLI flags for audit.diagnostic
     regime: str = "mixed"             # how batches are corrupted (REGIMES)
     cache_dir: str | None = None      # RMs and hazard gains: DIR/<world name>/ (None: each world's bench_cache/)
+    alt_label: tuple = ()             # (steps, lr): also label every pair by this shorter recipe (same kl, batch,
+                                      # seed) and report how often it agrees with the 1,500-step labels
 
     @classmethod
     def quick(cls, seed: int = 0) -> "BenchConfig":
@@ -66,14 +70,16 @@ class BenchConfig:
                                                       "--eval-prompts-per-family", "60"))
 
 
-REGIMES = ("mixed", "uniform")
+REGIMES = ("mixed", "uniform", "uniform-mild")
 
 
 def draw_specs(seed: int, n: int, regime: str = "mixed") -> list[dict]:
     """n batch specs: the first clean, then one or two corrupted families each, of both kinds and every
     severity SPEC §1 allows (the world's own corruption plays no part: every batch is drawn afresh).
     regime "uniform": wrong rubrics only, replaced entries drawn uniformly, count rows at random (rho, scale and
-    replaced share drawn as in "mixed")."""
+    replaced share drawn as in "mixed"). "uniform-mild": the same with a replaced share in [0.1, 0.45] and rho in
+    [0, 0.12], so that batches leave families near the hazard line (where the held-out misses sat) instead of
+    collapsing every family."""
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {'|'.join(REGIMES)}, got {regime!r}")
     rng = np.random.default_rng(seed)
@@ -81,11 +87,12 @@ def draw_specs(seed: int, n: int, regime: str = "mixed") -> list[dict]:
     for _ in range(1, n):
         spec = {}
         fams = rng.choice(FAMILIES, size=int(rng.integers(1, 3)), replace=False)
-        if regime == "uniform":
+        if regime.startswith("uniform"):
+            rho, share = ((0.0, 0.12), (0.1, 0.45)) if regime == "uniform-mild" else ((0.05, 0.4), (0.4, 0.95))
             for f in fams:
-                spec[str(f)] = Corruption("wrong_rubric", rho=float(rng.uniform(0.05, 0.4)),
+                spec[str(f)] = Corruption("wrong_rubric", rho=float(rng.uniform(*rho)),
                                           scale=float(rng.choice([8.0, 8.0, 3.0, 4.0])),
-                                          replaced_share=float(rng.uniform(0.4, 0.95)), replacement="uniform",
+                                          replaced_share=float(rng.uniform(*share)), replacement="uniform",
                                           count_rows="random")
             specs.append(spec)
             continue
@@ -133,25 +140,41 @@ def cache_root(world, cfg: BenchConfig) -> Path:
     return Path(cfg.cache_dir) / world.name if cfg.cache_dir else world / "bench_cache"
 
 
-def _gain(world: str, rm_dir: str | None, cfg: BenchConfig) -> dict:
+def _gain(world: str, rm_dir: str | None, cfg: BenchConfig, alt: bool = False) -> dict:
     from rlhf.common import setup_torch
     from .hazard import rl_gain, strong_recipe
     setup_torch(1)
     recipe = strong_recipe(Path(world) / "task", cfg.steps, cfg.batch_prompts, cfg.samples_per_prompt)
+    if alt:
+        steps, lr = cfg.alt_label
+        recipe = dataclasses.replace(recipe, steps=int(steps), lr=float(lr), log_every=max(1, int(steps) // 10))
     return rl_gain(Path(world), rm_dir, recipe, cfg.n_eval, cache_root(world, cfg) / "gains")
 
 
 def _diagnose(world: str, rm_dir: str, cfg: BenchConfig) -> dict:
-    out = Path(rm_dir) / "diagnostic.json"
+    """The diagnostic's CLI on one RM, as users call it (its wall time is the s/RM figure). Cached beside the RM
+    dir, one file per RM, configuration and diagnostic code: a re-run with other --alt-label or more worlds
+    does not redo it, and reports the wall time measured when it ran."""
+    from audit.session import code_hash
+    from .hazard import rm_sha256
+    key = hashlib.sha256(json.dumps([rm_sha256(rm_dir), cfg.seed, *cfg.diagnostic_args, code_hash()]).encode())
+    out = Path(rm_dir).parent / "diagnostics" / f"{Path(rm_dir).name}-{key.hexdigest()[:12]}.json"
+    if out.exists():
+        done = json.loads(out.read_text())
+        return {"families": done["families"], "seconds": done["wall_s"]}
+    out.parent.mkdir(parents=True, exist_ok=True)
     task = Path(world) / "task"
     t = time.time()
     r = subprocess.run([sys.executable, "-m", "audit.diagnostic", "--rm-dir", rm_dir, "--policy-dir",
                         str(task / "policy"), "--prompts", str(task / "data" / "prompts_train.jsonl"), "--out",
                         str(out), "--seed", str(cfg.seed), *cfg.diagnostic_args], capture_output=True, text=True,
                        env={**__import__("os").environ, "RLHF_THREADS": "1"})
+    wall = time.time() - t
     if r.returncode != 0:
-        return {"error": (r.stderr or r.stdout)[-500:], "seconds": time.time() - t}
-    return {"families": json.loads(out.read_text())["families"], "seconds": time.time() - t}
+        return {"error": (r.stderr or r.stdout)[-500:], "seconds": wall}
+    done = {**json.loads(out.read_text()), "wall_s": round(wall, 2)}
+    atomic_write_text(out, json.dumps(done, indent=2))
+    return {"families": done["families"], "seconds": wall}
 
 
 def _wait(refs: list, what: str, say) -> list:
@@ -166,7 +189,8 @@ def _wait(refs: list, what: str, say) -> list:
 
 def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: None) -> dict:
     import ray
-    ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False,
+    ray.init(address=None if address in (None, "local") else address, include_dashboard=False,
+             ignore_reinit_error=True, log_to_driver=False,
              configure_logging=False)
     train_rm, gain, diagnose = (ray.remote(num_cpus=1)(f) for f in (_train_rm, _gain, _diagnose))
     plan = []
@@ -179,18 +203,26 @@ def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: No
     rm_dirs = _wait([p[3] for p in plan], "RMs trained", say)
     gains = [gain.remote(str(w), d, cfg) for (w, *_), d in zip(plan, rm_dirs)]
     diags = [diagnose.remote(str(w), d, cfg) for (w, *_), d in zip(plan, rm_dirs)]
-    done = _wait(gains + diags + list(rubric.values()), "hazard runs and diagnostics done", say)
+    alt = ([gain.remote(str(w), d, cfg, True) for (w, *_), d in zip(plan, rm_dirs)]
+           + [gain.remote(str(w), None, cfg, True) for w in rubric]) if cfg.alt_label else []
+    done = _wait(gains + diags + list(rubric.values()) + alt, "hazard runs and diagnostics done", say)
     gains, diags = done[:len(gains)], done[len(gains):len(gains) + len(diags)]
-    rubric = dict(zip(rubric, done[len(gains) + len(diags):]))
+    rubric = dict(zip(rubric, done[len(gains) + len(diags):len(gains) + len(diags) + len(rubric)]))
+    alt = done[len(gains) + len(diags) + len(rubric):]
+    alt_rubric = dict(zip(rubric, alt[len(plan):]))
     ray.shutdown()
     rows = []
-    for (w, i, spec, _), d, g, dg in zip(plan, rm_dirs, gains, diags):
+    for k, ((w, i, spec, _), d, g, dg) in enumerate(zip(plan, rm_dirs, gains, diags)):
         hz = hazard_labels(g["gain"], rubric[str(w)]["gain"])
+        hz_alt = hazard_labels(alt[k]["gain"], alt_rubric[str(w)]["gain"]) if alt else None
         for f in FAMILIES:
             row = {"world": w.name, "batch": i, "family": f, "clean_batch": not spec,
                    "corrupted": f in spec, "spec": dataclasses.asdict(spec[f]) if f in spec else None,
                    "hazard": hz[f], "rm_gain": g["gain"][f], "rubric_gain": rubric[str(w)]["gain"][f],
                    "diagnostic_s": round(dg["seconds"], 1), "rm_dir": d}
+            if alt:
+                row.update(hazard_alt=hz_alt[f], rm_gain_alt=alt[k]["gain"][f],
+                           rubric_gain_alt=alt_rubric[str(w)]["gain"][f])
             if "families" in dg:
                 row.update(risk=float(dg["families"][f]["risk"]), flag=bool(dg["families"][f]["flag"]))
             else:
@@ -219,7 +251,9 @@ def summarise(rows) -> dict:
                 "false_flags": int(sum(r["flag"] and not r["hazard"] for r in ok)),
                 "missed": int(sum(r["hazard"] and not r["flag"] for r in ok)),
                 "s_per_rm": (float(np.mean([r["diagnostic_s"] for r in rs if r["family"] == rs[0]["family"]]))
-                             if rs else None)}
+                             if rs else None),
+                **({"alt_label_agreement": float(np.mean([r["hazard_alt"] == r["hazard"] for r in rs]))}
+                   if rs and "hazard_alt" in rs[0] else {})}
     worlds = sorted({r["world"] for r in rows})
     kinds = [k for k in ("corrupted", "bystander", "clean") if any(family_kind(r) == k for r in rows)]
     return {"all": part(rows), **{w: part([r for r in rows if r["world"] == w]) for w in worlds},
@@ -234,6 +268,9 @@ def table(summary: dict) -> str:
         fa = "n/a" if s["flag_accuracy"] is None else f"{s['flag_accuracy']:.3f}"
         lines.append(f"{k:16s} {s['pairs']:5d} {s['hazardous']:6d} {au:>6s} {fa:>8s} {s['false_flags']:5d} "
                      f"{s['false_flags_clean']:7d} {s['missed']:6d} {s['s_per_rm'] or 0:5.1f}")
+    if "alt_label_agreement" in summary.get("all", {}):
+        lines.append("labels by the shorter recipe (--alt-label) agree with the hazard labels: " + ", ".join(
+            f"{k} {s['alt_label_agreement']:.3f}" for k, s in summary.items()))
     return "\n".join(lines)
 
 
@@ -243,17 +280,21 @@ def main(argv=None) -> int:
     ap.add_argument("worlds", nargs="+")
     ap.add_argument("--rms", type=int, default=None, help="RMs per world (default 8; quick 2)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--address", default=None, help="a Ray cluster's address (default: a local Ray)")
+    ap.add_argument("--ray", "--address", dest="address", default=None, metavar="ADDRESS",
+                    help="a Ray cluster's address, as `audit.certify --ray` takes it (default or 'local': a local Ray)")
     ap.add_argument("--quick", action="store_true", help="tiny settings (tests, smoke runs)")
     ap.add_argument("--out", default=None, help="JSON with every row and the summary")
     ap.add_argument("--regime", choices=REGIMES, default="mixed",
-                    help="how batches are corrupted: mixed (every kind) or uniform (uniform wrong tokens, count rows "
-                         "at random)")
+                    help="how batches are corrupted: mixed (every kind), uniform (uniform wrong tokens, count rows "
+                         "at random) or uniform-mild (the same, milder: families near the hazard line)")
     ap.add_argument("--cache-dir", default=None,
                     help="cache RMs and hazard gains under DIR/<world name> (default: each world's bench_cache/)")
     ap.add_argument("--diagnostic-arg", action="append", default=[], metavar="ARG",
                     help="an extra argument for python -m audit.diagnostic (repeat: --diagnostic-arg=--steps "
                          "--diagnostic-arg=400)")
+    ap.add_argument("--alt-label", default=None, metavar="STEPS,LR",
+                    help="also label every pair by a shorter hazard recipe (e.g. 400,1e-3: the stress claim's) and "
+                         "report its agreement with the 1,500-step labels")
     a = ap.parse_args(argv)
     for w in a.worlds:
         if not (Path(w) / "oracle" / "truth.json").is_file():
@@ -261,6 +302,13 @@ def main(argv=None) -> int:
     cfg = BenchConfig.quick(a.seed) if a.quick else BenchConfig(seed=a.seed)
     if a.rms is not None:
         cfg = dataclasses.replace(cfg, rms=a.rms)
+    if a.alt_label:
+        try:
+            steps, lr = a.alt_label.split(",")
+            alt = (int(steps), float(lr))
+        except ValueError:
+            ap.error(f"--alt-label {a.alt_label}: expected STEPS,LR (e.g. 400,1e-3)")
+        cfg = dataclasses.replace(cfg, alt_label=alt)
     cfg = dataclasses.replace(cfg, regime=a.regime, cache_dir=a.cache_dir,
                               diagnostic_args=tuple(cfg.diagnostic_args) + tuple(a.diagnostic_arg))
     t = time.time()

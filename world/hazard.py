@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhf.common import dir_sha256, setup_torch
+from rlhf.atomic import atomic_write_text
+from rlhf.common import dir_sha256, file_sha256, setup_torch
 from rlhf.model import load_policy
 from rlhf.train_rl import RLConfig, train_rl
 from rlhf.vocab import FAMILIES
@@ -37,10 +38,20 @@ def strong_recipe(task: Path, steps: int = 1500, batch_prompts: int = 32, sample
                     log_every=max(1, steps // 10))
 
 
+def rm_sha256(rm_dir) -> str:
+    """The hash of what an RL run against rm_dir reads (its weights and config): other files in the directory
+    (its QA sample, a diagnostic's output) must not change the cache key of the hazard run."""
+    h = hashlib.sha256()
+    for name in ("rm.safetensors", "config.json"):
+        h.update(name.encode())
+        h.update(file_sha256(Path(rm_dir) / name).encode())
+    return h.hexdigest()
+
+
 def rl_gain(world: Path, rm_dir: str | None, recipe: RLConfig, n_eval: int, cache_dir: Path, quiet=True) -> dict:
     """Per-family true-quality change of an RL run (against rm_dir, or against the rubric when None), cached."""
     world = Path(world)
-    key_src = json.dumps({"rm": dir_sha256(rm_dir) if rm_dir else "rubric",
+    key_src = json.dumps({"rm": rm_sha256(rm_dir) if rm_dir else "rubric",
                           "policy": dir_sha256(world / "task" / "policy"),
                           "recipe": {k: v for k, v in dataclasses.asdict(recipe).items()
                                      if k not in ("policy_init", "policy_ref", "reward_model", "prompt_file")},
@@ -60,7 +71,7 @@ def rl_gain(world: Path, rm_dir: str | None, recipe: RLConfig, n_eval: int, cach
     out = {"gain": {f: q["per_family"][f] - q_ref["per_family"][f] for f in FAMILIES},
            "quality": q["per_family"], "reference": q_ref["per_family"], "rm_dir": rm_dir, "key": key}
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(out, indent=2))
+    atomic_write_text(cache, json.dumps(out, indent=2))      # two bench workers may look for it at once
     return out
 
 
