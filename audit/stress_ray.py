@@ -16,6 +16,7 @@ result records the worker's numeric fingerprint.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
@@ -48,24 +49,27 @@ def _task_payload(task_root: Path) -> bytes:
     return _tar({"policy": task_root / "policy", "data/prompts_train.jsonl": task_root / "data" / "prompts_train.jsonl"})
 
 
-def _remote_batch(payload: bytes, rubrics: dict, spec: dict, cfg, diag_cfg) -> dict:
-    from rlhf.common import numeric_fingerprint, setup_torch
-    from .stress import batch_outcome
+@contextlib.contextmanager
+def _unpacked(payload: bytes):
+    """On the worker: one thread (num_cpus=1), the task's payload in a temp dir. Yields (that dir, the task root)."""
+    from rlhf.common import setup_torch
     setup_torch(1)
     with tempfile.TemporaryDirectory(prefix="rlhf-stress-") as tmp:
-        root = Path(tmp) / "task"
-        _untar(payload, root)
-        rm_dir, gain, d = batch_outcome(root, rubrics, spec, cfg, diag_cfg, Path(tmp))
+        _untar(payload, Path(tmp) / "task")
+        yield Path(tmp), Path(tmp) / "task"
+
+
+def _remote_batch(payload: bytes, rubrics: dict, spec: dict, cfg, diag_cfg) -> dict:
+    from rlhf.common import numeric_fingerprint
+    from .stress import batch_outcome
+    with _unpacked(payload) as (work, root):
+        rm_dir, gain, d = batch_outcome(root, rubrics, spec, cfg, diag_cfg, work)
         return {"rm": _tar({rm_dir.name: rm_dir}), "gain": gain, "diagnostic": d, "numeric": numeric_fingerprint()}
 
 
 def _remote_rubric_gain(payload: bytes, rubrics: dict, cfg) -> dict:
-    from rlhf.common import setup_torch
     from .stress import rl_gains
-    setup_torch(1)
-    with tempfile.TemporaryDirectory(prefix="rlhf-stress-") as tmp:
-        root = Path(tmp) / "task"
-        _untar(payload, root)
+    with _unpacked(payload) as (_, root):
         return rl_gains(root, {f: r.posterior for f, r in rubrics.items()}, cfg, None)
 
 
