@@ -203,13 +203,13 @@ def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: No
     rm_dirs = _wait([p[3] for p in plan], "RMs trained", say)
     gains = [gain.remote(str(w), d, cfg) for (w, *_), d in zip(plan, rm_dirs)]
     diags = [diagnose.remote(str(w), d, cfg) for (w, *_), d in zip(plan, rm_dirs)]
-    alt = ([gain.remote(str(w), d, cfg, True) for (w, *_), d in zip(plan, rm_dirs)]
-           + [gain.remote(str(w), None, cfg, True) for w in rubric]) if cfg.alt_label else []
-    done = _wait(gains + diags + list(rubric.values()) + alt, "hazard runs and diagnostics done", say)
-    gains, diags = done[:len(gains)], done[len(gains):len(gains) + len(diags)]
-    rubric = dict(zip(rubric, done[len(gains) + len(diags):len(gains) + len(diags) + len(rubric)]))
-    alt = done[len(gains) + len(diags) + len(rubric):]
-    alt_rubric = dict(zip(rubric, alt[len(plan):]))
+    alt = [gain.remote(str(w), d, cfg, True) for (w, *_), d in zip(plan, rm_dirs)] if cfg.alt_label else []
+    alt_rubric = [gain.remote(w, None, cfg, True) for w in rubric] if cfg.alt_label else []
+    groups = [gains, diags, list(rubric.values()), alt, alt_rubric]
+    done = iter(_wait([ref for g in groups for ref in g], "hazard runs and diagnostics done", say))
+    gains, diags, rubric_gains, alt, alt_rubric = [[next(done) for _ in g] for g in groups]
+    alt_rubric = dict(zip(rubric, alt_rubric))
+    rubric = dict(zip(rubric, rubric_gains))
     ray.shutdown()
     rows = []
     for k, ((w, i, spec, _), d, g, dg) in enumerate(zip(plan, rm_dirs, gains, diags)):
