@@ -10,6 +10,7 @@ STRESS  ?=
 CAP     ?= default
 MKL     ?=
 TESTS   ?= tests
+JOBS    ?= auto
 SAMPLES ?=
 GOLD    ?=
 REFERENCE ?=
@@ -19,7 +20,7 @@ REFERENCE ?=
 help:
 	@echo "make certify   audit the canonical world (built if missing) -> $(OUT)/answer.json, summary.md"
 	@echo "make certify SAMPLES=f GOLD=f [REFERENCE=run]  audit runs from their logged samples (docs/samples.md)"
-	@echo "make test      unit, property and end-to-end tests on the tiny world"
+	@echo "make test      unit, property and end-to-end tests on the tiny world (JOBS=n workers, default one per core)"
 	@echo "make test-cpu  the tests under another CPU's kernels: CAP=default|avx2|avx512 [MKL=AVX2|AVX512] [TESTS=...]"
 	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl: the run ~25 s on 2 cores, after the install)"
 	@echo "make bench     speed: RL step (fast vs naive, single vs stacked), RM training, stress batch (serial vs stacked)"
@@ -41,8 +42,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# JOBS pytest-xdist workers (auto: one per core), one thread each (tests/conftest.py); JOBS=0 runs in this process
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(JOBS) tests
 
 # Another CPU's float kernels on this one: ATen's vectorised kernels lowered to CAP, MKL's to MKL (docs/determinism.md)
 test-cpu: $(STAMP)

@@ -1,4 +1,13 @@
+import fcntl
+import json
 import os
+import shutil
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs pytest -n JOBS (pytest-xdist): each worker, and every command it starts, gets one thread.
+    # Two 2-thread torch processes on two cores ran ~50x slower than one (OpenMP threads spin-wait on each other).
+    for _k in ("RLHF_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_k, "1")
 
 import rlhf  # noqa: F401  (numeric environment before torch computes: rlhf/__init__.py)
 import torch
@@ -12,22 +21,42 @@ torch.set_num_threads(int(os.environ.get("RLHF_THREADS", "2")))
 import pytest
 
 
+def _built_once(tmp_path_factory, name: str, make) -> "Path":
+    """make(dir) once per test run. Under pytest-xdist the workers share the run's base temp dir: the first to get
+    here builds while the others wait on a lock file, then all read the same dir. `make` must be deterministic
+    and the dir read-only afterwards."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    out, done = base / name, base / f"{name}.done"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            make(out)
+            done.touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
-    """One tiny world (seed 0) per test session, shared by the world and audit end-to-end tests."""
+    """One tiny world (seed 0) per test run, shared by the world and audit end-to-end tests."""
     from world.build import build
     from world.config import preset
-    out = tmp_path_factory.mktemp("worlds") / "tiny"
-    build(out, preset("tiny", 0), quiet=True)
-    return out
+    return _built_once(tmp_path_factory, "tiny-world", lambda out: build(out, preset("tiny", 0), quiet=True))
 
 
 @pytest.fixture(scope="session")
 def certified_tiny(tiny_world, tmp_path_factory):
     """One uninterrupted `python -m audit.certify` run on the tiny world (small preset, seed 0), shared: the
-    end-to-end tests read it, the crash test compares its interrupted and resumed runs with it."""
+    end-to-end tests read it, the crash test compares its interrupted and resumed runs with it.
+    Returns (OUT, {"stdout", "stderr"} of that run)."""
     from tests.helpers import run_certify
-    out = tmp_path_factory.mktemp("certify")
-    r = run_certify(tiny_world / "task", out)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return out, r
+
+    def make(out):
+        r = run_certify(tiny_world / "task", out)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        (out.parent / f"{out.name}.log.json").write_text(json.dumps({"stdout": r.stdout, "stderr": r.stderr}))
+
+    out = _built_once(tmp_path_factory, "certify", make)
+    return out, json.loads((out.parent / f"{out.name}.log.json").read_text())

@@ -72,3 +72,7 @@ def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tmp_path)], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "not a built world" in bad.stderr
+    unreachable = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tiny_world), "--ray", "127.0.0.1:1",
+                                  "--out", str(tmp_path / "never.json")], capture_output=True, text=True, timeout=60)
+    assert unreachable.returncode == 2 and "cannot start or reach a Ray cluster" in unreachable.stderr
+    assert not (tmp_path / "never.json").exists()

@@ -299,6 +299,12 @@ def main(argv=None) -> int:
     for w in a.worlds:
         if not (Path(w) / "oracle" / "truth.json").is_file():
             ap.error(f"{w}: not a built world (no oracle/truth.json)")
+    if a.address not in (None, "local"):
+        from audit.stress_ray import check_reachable
+        try:
+            check_reachable(a.address)   # Ray itself retries an unreachable address for minutes, silently
+        except RuntimeError as e:
+            ap.error(str(e))
     cfg = BenchConfig.quick(a.seed) if a.quick else BenchConfig(seed=a.seed)
     if a.rms is not None:
         cfg = dataclasses.replace(cfg, rms=a.rms)
