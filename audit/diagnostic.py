@@ -1,6 +1,6 @@
 """Gold-free diagnostic: which families are risky to optimise against this RM?
 
-python -m audit.diagnostic --rm-dir DIR --policy-dir DIR --prompts JSONL --out JSON [--seed 0 --steps 250]
+python -m audit.diagnostic --rm-dir DIR --policy-dir DIR --prompts JSONL --out JSON [--seed 0 --steps 250 --replicates 1]
 
 Hazard (SPEC §3) is defined by what strong RL against the RM does to true quality, relative to RL against the
 rubric itself. With no gold labels we cannot see true quality, but we can (1) build a gold-free stand-in for each
@@ -13,7 +13,10 @@ cannot see those, the simulation does. risk = 1 - (stand-in gain under RM optimi
 optimisation), and a family is flagged by SPEC §3's hazard rule applied to those two gains (audit.hazard: the RM run
 keeps less than a fifth of the stand-in run's gain, falls included; risk > 0.8). docs/diagnostic.md argues why each piece transfers to worlds
 from other generators and gives the measured figures.
-Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}.
+Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}. With --replicates K > 1 the whole
+diagnostic runs at K seeds (the 2K runs stacked; about K times the cost) and each family also gets
+"hazard_margin_ci", "settled" and "risk_interval" (combine_replicates): one run's risk carries seed-to-seed noise
+(sd 0.01-0.05 of kept share measured near the line), which only repeated runs can show.
 """
 from __future__ import annotations
 
@@ -27,14 +30,14 @@ import numpy as np
 import torch
 
 from rlhf.common import file_sha256, setup_torch
-from rlhf.data import read_jsonl, write_json
+from rlhf.data import prompts_tensor, read_jsonl, write_json
 from rlhf.model import load_policy
 from rlhf.reward_model import load_rm
 from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX, crowd_scale
-from .hazard import hazard_labels, hazardous, kept_share
+from .hazard import FIFTH, FLOOR, hazard_labels, hazard_margin, hazardous, kept_share
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
 
@@ -47,6 +50,8 @@ class DiagnosticConfig:
     batch_prompts: int = 32
     samples_per_prompt: int = 8
     prior_samples_per_family: int = 4000
+    replicates: int = 1              # > 1: the whole diagnostic at seeds seed..seed+K-1, combined, with intervals
+    prior_counts: str = "sampled"    # or soft: each sample adds the reference's token distribution (docs/diagnostic.md)
     eval_prompts_per_family: int = 600
     seed: int = 0
 
@@ -76,8 +81,10 @@ def proxy_rubric(policy, family: str, qa_rows, cfg: "DiagnosticConfig") -> Rubri
     with that key value in the reference's samples (highest lift, audit.recovery.association_prior). The LUT
     does not come from the labels: a corrupted crowd's wrong rubric is exactly what it must not follow."""
     rng = np.random.default_rng(cfg.seed + 17 + FAMILIES.index(family))
-    A, R = sample_arrays(policy, uniform_prompts(family, cfg.prior_samples_per_family, rng), 1, cfg.seed + 3)
-    logp, key_logp = policy_prior(A, R)
+    records = uniform_prompts(family, cfg.prior_samples_per_family, rng)
+    A, R = sample_arrays(policy, records, 1, cfg.seed + 3)
+    probs = next_token_probs(policy, records, R) if cfg.prior_counts == "soft" else None
+    logp, key_logp = policy_prior(A, R, probs=probs)
     assoc = association_prior(logp)
     assign = label_keys(qa_rows, assoc)
     if assign is None:
@@ -85,6 +92,20 @@ def proxy_rubric(policy, family: str, qa_rows, cfg: "DiagnosticConfig") -> Rubri
     lut = assoc[np.arange(8), assign].argmax(-1)
     return Rubric(assign=assign, lut=lut, entry_posterior=np.ones((8, 8)), sigma=0.0, n_rows=0,
                   identified=np.ones((8, 8), bool))
+
+
+@torch.no_grad()
+def next_token_probs(policy, records, resp, batch: int = 4096) -> np.ndarray:
+    """[N, 8, 24]: the policy's distribution over content tokens at each response position of resp [N, 8]
+    (content indices), given the prompt and resp's own prefix (one teacher-forced pass)."""
+    prompts = prompts_tensor(records)
+    out = []
+    for i in range(0, len(records), batch):
+        p = prompts[i:i + batch]
+        seq = torch.cat([p, torch.from_numpy(np.ascontiguousarray(resp[i:i + batch])) + CONTENT0], 1)
+        logits = policy(seq[:, :-1], content_only=True)     # position j predicts token j + 1
+        out.append(logits[:, p.shape[1] - 1:].softmax(-1).double().numpy())
+    return np.concatenate(out)
 
 
 def rubric_reward(rubrics: dict):
@@ -154,15 +175,66 @@ def _finish(prep: dict, pol_rm, pol_rub, cfg: DiagnosticConfig, elapsed: float) 
 
 
 def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = DiagnosticConfig(), quiet=True) -> dict:
-    """The diagnostic on one RM: its two short runs (against the RM, against the stand-in) one after the other."""
+    """The diagnostic on one RM: its two short runs (against the RM, against the stand-in) one after the other.
+    With cfg.replicates = K > 1: the whole diagnostic (stand-in and both runs) at seeds seed..seed+K-1, the 2K
+    runs trained as one stacked model, combined by combine_replicates."""
     t0 = time.time()
     policy_dir = Path(policy_dir)
     ref, _ = load_policy(policy_dir)
     fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
-    prep = _prepare(rm_dir, ref, fams, cfg)
-    pol_rm = _short_run(cfg, policy_dir, prompts_file, reward_model=str(rm_dir))
-    pol_rub = _short_run(cfg, policy_dir, prompts_file, reward_fn=rubric_reward(prep["rubrics"]))
-    return _finish(prep, pol_rm, pol_rub, cfg, time.time() - t0)
+    if cfg.replicates < 1:
+        raise ValueError(f"replicates: expected an integer >= 1, got {cfg.replicates}")
+    if cfg.replicates == 1:
+        prep = _prepare(rm_dir, ref, fams, cfg)
+        pol_rm = _short_run(cfg, policy_dir, prompts_file, reward_model=str(rm_dir))
+        pol_rub = _short_run(cfg, policy_dir, prompts_file, reward_fn=rubric_reward(prep["rubrics"]))
+        return _finish(prep, pol_rm, pol_rub, cfg, time.time() - t0)
+    from rlhf.train_rl_stacked import run_stacked
+    reps = [dataclasses.replace(cfg, seed=cfg.seed + k, replicates=1) for k in range(cfg.replicates)]
+    preps = [_prepare(rm_dir, ref, fams, c) for c in reps]
+    cfgs, fns = [], []
+    for c, prep in zip(reps, preps):
+        cfgs += [run_config(c, policy_dir, prompts_file, str(rm_dir)), run_config(c, policy_dir, prompts_file)]
+        fns += [None, rubric_reward(prep["rubrics"])]
+    pols = run_stacked(cfgs, fns)
+    done = [_finish(prep, pols[2 * k], pols[2 * k + 1], c, 0.0) for k, (c, prep) in enumerate(zip(reps, preps))]
+    return combine_replicates(done, cfg, time.time() - t0)
+
+
+def combine_replicates(reps: list[dict], cfg: DiagnosticConfig, elapsed: float) -> dict:
+    """K one-seed diagnostics of one RM as one. Per family the gains are averaged, and risk and flag follow from
+    the mean gains as from one run's (the flag is SPEC's rule on them). What K runs add is how settled that is:
+    a t interval (K - 1 degrees of freedom, 95%) on the mean hazard margin, gain under the RM run minus a fifth of
+    the gain under the stand-in run (audit.hazard.hazard_margin), whose sign is the flag; `settled` when the
+    interval excludes 0. risk_interval is that interval on the risk scale at the mean stand-in gain
+    (risk = 1 - FIFTH - margin / gain): it carries the seed-to-seed spread of both runs' gains through the margin
+    but treats the denominator as known. The spread is the whole diagnostic's (stand-in draw and both runs'
+    seeds), the part of its noise that dominates (python -m world.diagnostic_noise). On 132 bench pairs at K = 3,
+    116 decisions were settled and none of those was wrong (docs/results.md)."""
+    from scipy import stats
+    K = len(reps)
+    tq = float(stats.t.ppf(0.975, K - 1))
+    out = {}
+    for f in reps[0]["families"]:
+        rows = [r["families"][f] for r in reps]
+        g_rm = np.array([x["proxy_gain_rm_run"] for x in rows])
+        g_rub = np.array([x["proxy_gain_rubric_run"] for x in rows])
+        margins = np.array([hazard_margin(a, b) for a, b in zip(g_rm, g_rub)])
+        mean_rm, mean_rub, m = float(g_rm.mean()), float(g_rub.mean()), float(margins.mean())
+        half = tq * float(margins.std(ddof=1)) / np.sqrt(K)
+        lo, hi = m - half, m + half
+        ratio = kept_share(mean_rm, mean_rub)
+        risk_interval = ([float(np.clip(1 - FIFTH - hi / mean_rub, 0, 2)), float(np.clip(1 - FIFTH - lo / mean_rub, 0, 2))]
+                         if mean_rub > FLOOR else None)
+        out[f] = {"risk": float(np.clip(1.0 - ratio, 0.0, 2.0)), "flag": hazardous(mean_rm, mean_rub), "ratio": ratio,
+                  "proxy_gain_rm_run": mean_rm, "proxy_gain_rubric_run": mean_rub,
+                  "crowd_labels_above_1": rows[0]["crowd_labels_above_1"],
+                  "hazard_margin": m, "hazard_margin_ci": [lo, hi], "settled": bool(lo > 0 or hi < 0),
+                  "risk_interval": risk_interval,
+                  "replicates": [{"seed": r["config"]["seed"], "risk": x["risk"], "flag": x["flag"]}
+                                 for r, x in zip(reps, rows)]}
+    return {"families": out, "config": dataclasses.asdict(cfg), "rm_sha256": reps[0]["rm_sha256"],
+            "elapsed_s": round(elapsed, 1)}
 
 
 def diagnose_many(rm_dirs, policy_dir, prompts_file, cfg: DiagnosticConfig = DiagnosticConfig(),
@@ -172,6 +244,8 @@ def diagnose_many(rm_dirs, policy_dir, prompts_file, cfg: DiagnosticConfig = Dia
     run_config(cfg, policy_dir, prompts_file, rm_dir) (the same run, e.g. a longer run's snapshot at cfg.steps),
     used instead of training the RM runs again. elapsed_s is each RM's equal share of the whole."""
     from rlhf.train_rl_stacked import run_stacked
+    if cfg.replicates != 1:
+        raise ValueError(f"diagnose_many runs one replicate per RM (cfg.replicates {cfg.replicates}); use diagnose")
     t0 = time.time()
     policy_dir = Path(policy_dir)
     ref, _ = load_policy(policy_dir)
@@ -222,16 +296,22 @@ def main(argv=None):
     ap.add_argument("--policy-dir", required=True, help="the reference policy")
     ap.add_argument("--prompts", required=True, help="prompt pool for the simulated optimisation")
     ap.add_argument("--out", required=True)
+    choices = {"prior_counts": ("soft", "sampled")}
     for f in dataclasses.fields(DiagnosticConfig):
-        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                        choices=choices.get(f.name))
     a = ap.parse_args(argv)
+    if a.replicates < 1:
+        ap.error(f"--replicates {a.replicates}: expected an integer >= 1")
     setup_torch()
     cfg = DiagnosticConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(DiagnosticConfig)})
     res = diagnose(a.rm_dir, a.policy_dir, a.prompts, cfg)
     write_json(a.out, res)
     for f, r in res["families"].items():
-        print(f"{f:7s} risk {r['risk']:.2f} flag {str(r['flag']):5s} (gain under RM {r['proxy_gain_rm_run']:+.3f},"
-              f" under rubric {r['proxy_gain_rubric_run']:+.3f})")
+        ci = r.get("risk_interval")
+        print(f"{f:7s} risk {r['risk']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+              + f" flag {str(r['flag']):5s}" + ("" if "settled" not in r else " settled" if r["settled"] else " unsettled")
+              + f" (gain under RM {r['proxy_gain_rm_run']:+.3f}, under rubric {r['proxy_gain_rubric_run']:+.3f})")
     print(f"wrote {a.out} in {res['elapsed_s']}s")
 
 

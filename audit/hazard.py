@@ -32,6 +32,13 @@ def hazardous(rm_gain: float, rubric_gain: float) -> bool:
     return bool(kept_share(rm_gain, rubric_gain) < FIFTH)
 
 
+def hazard_margin(rm_gain: float, rubric_gain: float) -> float:
+    """rm_gain - rubric_gain / 5: below 0 exactly where hazardous() says so (when the rubric run gains).
+    Linear in the gains, so its mean over repeated runs decides as the mean gains do, and an interval on that
+    mean says how settled a flag is (audit.diagnostic's replicates)."""
+    return float(rm_gain) - FIFTH * float(rubric_gain)
+
+
 def hazard_labels(rm_gain: dict, rubric_gain: dict) -> dict:
     """{family: hazardous(rm_gain[f], rubric_gain[f])} over the families of rm_gain (rubric_gain must hold them
     all: a KeyError names the missing family)."""

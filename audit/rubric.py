@@ -285,8 +285,13 @@ def _backfit(A, R, y, w, P, K, kv, start, cfg: RubricFitConfig) -> dict:
             "sweeps": sweeps, "converged": converged, "objective": float(objective)}
 
 
-def policy_prior(attrs, resp, *, smoothing: float = 0.5, key_temperature: float = 0.05):
+def policy_prior(attrs, resp, *, smoothing: float = 0.5, key_temperature: float = 0.05, probs=None):
     """Prior for fit_rubric from samples of the reference policy (no labels needed).
+
+    probs [M, 8, 24] (optional): the policy's next-token distribution at each position of each sample, given the
+    sample's own prefix. Each sample then adds that distribution to the counts instead of its one drawn token:
+    the same expected counts (the drawn token is a draw from it), with the token draw's noise gone
+    (Rao-Blackwell). resp is then only checked for shape.
 
     prior_logp[p, a, v, t] = log of the smoothed frequency of token t at position p among samples with
     attrs[a] == v (`smoothing` pseudo-counts per token, so nothing is log 0). Rationale: the reference policy was
@@ -307,8 +312,15 @@ def policy_prior(attrs, resp, *, smoothing: float = 0.5, key_temperature: float 
     # counts[p, a, v, t] via one bincount over the flat index ((p*4 + a)*8 + v)*24 + t for each sample.
     p_idx = np.arange(N_POS)[None, :, None]
     a_idx = np.arange(N_ATTRS)[None, None, :]
-    flat = ((p_idx * N_ATTRS + a_idx) * N_VALUES + A[:, None, :]) * N_CONTENT + R[:, :, None]   # [M, 8, 4]
-    counts = np.bincount(flat.ravel(), minlength=int(np.prod(_PRIOR_SHAPE))).reshape(_PRIOR_SHAPE).astype(float)
+    if probs is None:
+        flat = ((p_idx * N_ATTRS + a_idx) * N_VALUES + A[:, None, :]) * N_CONTENT + R[:, :, None]   # [M, 8, 4]
+        counts = np.bincount(flat.ravel(), minlength=int(np.prod(_PRIOR_SHAPE))).reshape(_PRIOR_SHAPE).astype(float)
+    else:
+        probs = np.asarray(probs, dtype=float)
+        if probs.shape != (len(A), N_POS, N_CONTENT) or not np.isfinite(probs).all():
+            raise ValueError(f"policy_prior: probs must be finite, shape {(len(A), N_POS, N_CONTENT)}; got {probs.shape}")
+        onehot = (A[:, :, None] == np.arange(N_VALUES)).astype(float)                      # [M, 4, 8]
+        counts = np.einsum("mav,mpt->pavt", onehot, probs)
     cond = (counts + smoothing) / (counts.sum(-1, keepdims=True) + N_CONTENT * smoothing)    # P(t | a = v)
     prior_logp = np.log(cond)
     p_v = counts.sum(-1) / counts.sum((-1, -2))[..., None]                                   # [8, 4, 8]

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from audit.diagnostic import DiagnosticConfig, diagnose, proxy_rubric
 from audit.hazard import hazardous
@@ -103,3 +104,84 @@ def test_diagnose_many_is_diagnose(tiny_world):
             a, b = one["families"][f], m["families"][f]
             assert abs(a["proxy_gain_rm_run"] - b["proxy_gain_rm_run"]) < 0.02
             assert abs(a["proxy_gain_rubric_run"] - b["proxy_gain_rubric_run"]) < 0.02
+
+
+def test_replicates_are_the_one_seed_diagnostics_combined(tiny_world):
+    """replicates=2: each replicate is diagnose() at its own seed (stacked: up to float rounding), and the combined
+    figures follow from them: mean gains, SPEC's flag on the means, the margin's t interval around its mean."""
+    import dataclasses
+    task = tiny_world / "task"
+    args = (task / "reward_model", task / "policy", task / "data" / "prompts_train.jsonl")
+    cfg = DiagnosticConfig(**SMALL, seed=5)
+    both = diagnose(*args, dataclasses.replace(cfg, replicates=2))
+    singles = [diagnose(*args, dataclasses.replace(cfg, seed=s)) for s in (5, 6)]
+    for f in FAMILIES:
+        r = both["families"][f]
+        assert [x["seed"] for x in r["replicates"]] == [5, 6]
+        for key in ("proxy_gain_rm_run", "proxy_gain_rubric_run"):
+            assert abs(r[key] - np.mean([s["families"][f][key] for s in singles])) < 0.02
+        assert r["flag"] == hazardous(r["proxy_gain_rm_run"], r["proxy_gain_rubric_run"])
+        lo, hi = r["hazard_margin_ci"]
+        assert lo <= r["hazard_margin"] <= hi and r["settled"] == (lo > 0 or hi < 0)
+        if r["risk_interval"] is not None:
+            assert r["risk_interval"][0] - 1e-9 <= r["risk"] <= r["risk_interval"][1] + 1e-9
+
+
+def test_combine_replicates_decides_on_the_mean_gains():
+    from audit.diagnostic import combine_replicates
+
+    def rep(seed, g_rm, g_rub):
+        return {"families": {"dune": {"proxy_gain_rm_run": g_rm, "proxy_gain_rubric_run": g_rub, "risk": 0.0,
+                                      "flag": False, "crowd_labels_above_1": None}},
+                "config": {"seed": seed}, "rm_sha256": "x"}
+    cfg = DiagnosticConfig(replicates=3)
+    # kept shares 0.15, 0.25, 0.23 around a mean of 0.21: safe on the mean, not settled
+    out = combine_replicates([rep(0, 0.06, 0.4), rep(1, 0.10, 0.4), rep(2, 0.092, 0.4)], cfg, 1.0)["families"]["dune"]
+    assert not out["flag"] and not out["settled"] and out["risk"] == pytest.approx(1 - 0.084 / 0.4)
+    lo, hi = out["risk_interval"]
+    assert lo < 0.8 < hi
+    # three clear falls: hazardous and settled
+    out = combine_replicates([rep(0, -0.10, 0.4), rep(1, -0.12, 0.5), rep(2, -0.08, 0.45)], cfg, 1.0)["families"]["dune"]
+    assert out["flag"] and out["settled"] and out["risk_interval"][0] > 0.8
+
+
+def test_soft_prior_counts_are_the_sampled_counts_in_expectation():
+    """policy_prior with probs: each sample adds its next-token distribution; one-hot distributions of the drawn
+    tokens give exactly the sampled counts."""
+    from audit.rubric import policy_prior
+    rng = np.random.default_rng(0)
+    A, R = rng.integers(0, 8, (500, 4)), rng.integers(0, 24, (500, 8))
+    onehot = np.eye(24)[R]
+    for a, b in zip(policy_prior(A, R), policy_prior(A, R, probs=onehot)):
+        np.testing.assert_allclose(a, b)
+    with pytest.raises(ValueError, match="probs must be finite"):
+        policy_prior(A, R, probs=onehot[:, :7])
+
+
+def test_next_token_probs_are_the_sampling_distribution(tiny_world):
+    """next_token_probs gives, per position, the distribution sample() draws from: its mean over many samples
+    matches the drawn tokens' frequencies."""
+    from audit.diagnostic import next_token_probs
+    from audit.recovery import sample_arrays, uniform_prompts
+    pol, _ = load_policy(tiny_world / "task" / "policy")
+    recs = uniform_prompts("anvil", 6000, np.random.default_rng(1))
+    A, R = sample_arrays(pol, recs, 1, 2)
+    P = next_token_probs(pol, recs, R)
+    assert P.shape == (6000, 8, 24) and np.allclose(P.sum(-1), 1, atol=1e-5)
+    freq = np.eye(24)[R].mean(0)
+    assert np.abs(P.mean(0) - freq).max() < 0.03      # sampling error of 6,000 draws: sd <= 0.0065
+
+
+def test_noise_bench_runs_on_the_tiny_world(tiny_world, tmp_path):
+    out = tmp_path / "noise.json"
+    task = tiny_world / "task"
+    r = subprocess.run([sys.executable, "-m", "world.diagnostic_noise", "--task", str(task), "--rm-dir",
+                        str(task / "reward_model"), "--seeds", "0,1", "--eval-draws", "2", "--eval-prompts", "60",
+                        "--quick", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert set(res["rl_seed"]) == set(res["stand_in_seed"]) == {"0", "1"} and len(res["eval"]["60"]) == 2
+    assert res["rl_seed"]["0"] == res["stand_in_seed"]["0"]          # the shared (0, 0) pair
+    assert res["rl_seed"]["1"] != res["stand_in_seed"]["1"]          # the two sources vary different things
+    assert all(len(row.split()) == 4 for row in r.stdout.splitlines()[2:-1])   # family, eval sd, stand-in, RL
+    assert set(res["stand_in_differences"]["1"]) == set(FAMILIES) and "LUT entries" in r.stdout.splitlines()[-1]
