@@ -49,6 +49,14 @@ def test_summary_counts():
     by = summ["[bystander]"]
     assert by["pairs"] == 5 and by["hazardous"] == 1 and by["missed"] == 1 and by["flag_accuracy"] == 4 / 5
     assert by["auroc"] == 1.0 and summ["[corrupted]"]["pairs"] == 1 and summ["[clean]"]["false_flags_clean"] == 1
+    assert "settled" not in s          # one-run diagnostics say nothing about it
+    # with replicates: the two wrong flags (batch 0 fjord, a false flag; batch 1 ember, missed) unsettled, the rest settled
+    for r in rows:
+        r["settled"] = not (r["batch"] == 0 and r["family"] == "fjord") and not (r["batch"] == 1 and r["family"] == "ember")
+    s = summarise(rows)["all"]
+    assert s["settled"] == 10 and s["settled_wrong"] == 0 and s["unsettled_wrong"] == 2
+    from world.diagnosis_bench import table
+    assert "settled flags (--replicates): all 10/12 (0 wrong; unsettled wrong 2)" in table(summarise(rows))
 
 
 def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):

@@ -224,7 +224,11 @@ def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: No
                 row.update(hazard_alt=hz_alt[f], rm_gain_alt=alt[k]["gain"][f],
                            rubric_gain_alt=alt_rubric[str(w)]["gain"][f])
             if "families" in dg:
-                row.update(risk=float(dg["families"][f]["risk"]), flag=bool(dg["families"][f]["flag"]))
+                fam = dg["families"][f]
+                row.update(risk=float(fam["risk"]), flag=bool(fam["flag"]))
+                if "settled" in fam:      # --diagnostic-arg=--replicates K > 1: how settled each flag is
+                    row.update(settled=bool(fam["settled"]), risk_interval=fam["risk_interval"],
+                               replicate_risks=[x["risk"] for x in fam["replicates"]])
             else:
                 row["error"] = dg["error"]
             rows.append(row)
@@ -253,7 +257,11 @@ def summarise(rows) -> dict:
                 "s_per_rm": (float(np.mean([r["diagnostic_s"] for r in rs if r["family"] == rs[0]["family"]]))
                              if rs else None),
                 **({"alt_label_agreement": float(np.mean([r["hazard_alt"] == r["hazard"] for r in rs]))}
-                   if rs and "hazard_alt" in rs[0] else {})}
+                   if rs and "hazard_alt" in rs[0] else {}),
+                **({"settled": int(sum(r["settled"] for r in ok)),
+                    "settled_wrong": int(sum(r["settled"] and r["flag"] != r["hazard"] for r in ok)),
+                    "unsettled_wrong": int(sum(not r["settled"] and r["flag"] != r["hazard"] for r in ok))}
+                   if ok and all("settled" in r for r in ok) else {})}
     worlds = sorted({r["world"] for r in rows})
     kinds = [k for k in ("corrupted", "bystander", "clean") if any(family_kind(r) == k for r in rows)]
     return {"all": part(rows), **{w: part([r for r in rows if r["world"] == w]) for w in worlds},
@@ -268,6 +276,10 @@ def table(summary: dict) -> str:
         fa = "n/a" if s["flag_accuracy"] is None else f"{s['flag_accuracy']:.3f}"
         lines.append(f"{k:16s} {s['pairs']:5d} {s['hazardous']:6d} {au:>6s} {fa:>8s} {s['false_flags']:5d} "
                      f"{s['false_flags_clean']:7d} {s['missed']:6d} {s['s_per_rm'] or 0:5.1f}")
+    if "settled" in summary.get("all", {}):
+        lines.append("settled flags (--replicates): " + ", ".join(
+            f"{k} {s['settled']}/{s['pairs'] - s['errors']} ({s['settled_wrong']} wrong; unsettled wrong "
+            f"{s['unsettled_wrong']})" for k, s in summary.items() if "settled" in s))
     if "alt_label_agreement" in summary.get("all", {}):
         lines.append("labels by the shorter recipe (--alt-label) agree with the hazard labels: " + ", ".join(
             f"{k} {s['alt_label_agreement']:.3f}" for k, s in summary.items()))
