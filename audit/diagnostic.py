@@ -189,16 +189,31 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
         pol_rm = _short_run(cfg, policy_dir, prompts_file, reward_model=str(rm_dir))
         pol_rub = _short_run(cfg, policy_dir, prompts_file, reward_fn=rubric_reward(prep["rubrics"]))
         return _finish(prep, pol_rm, pol_rub, cfg, time.time() - t0)
-    from rlhf.train_rl_stacked import run_stacked
     reps = [dataclasses.replace(cfg, seed=cfg.seed + k, replicates=1) for k in range(cfg.replicates)]
-    preps = [_prepare(rm_dir, ref, fams, c) for c in reps]
-    cfgs, fns = [], []
-    for c, prep in zip(reps, preps):
-        cfgs += [run_config(c, policy_dir, prompts_file, str(rm_dir)), run_config(c, policy_dir, prompts_file)]
-        fns += [None, rubric_reward(prep["rubrics"])]
-    pols = run_stacked(cfgs, fns)
-    done = [_finish(prep, pols[2 * k], pols[2 * k + 1], c, 0.0) for k, (c, prep) in enumerate(zip(reps, preps))]
+    jobs = [(_prepare(rm_dir, ref, fams, c), c) for c in reps]
+    pairs = _stacked_runs(jobs, policy_dir, prompts_file)
+    done = [_finish(prep, *pair, c, 0.0) for (prep, c), pair in zip(jobs, pairs)]
     return combine_replicates(done, cfg, time.time() - t0)
+
+
+def _stacked_runs(jobs, policy_dir, prompts_file, rm_runs: list | None = None) -> list[tuple]:
+    """Each (prep, cfg) job's two short runs (against its RM, against its stand-in), all trained as one stacked
+    model (rlhf.train_rl_stacked): [(RM-run policy, stand-in-run policy)] in the jobs' order. rm_runs: the RM
+    runs' policies, already trained; only the stand-in runs are trained then."""
+    from rlhf.train_rl_stacked import run_stacked
+    cfgs, fns, slots = [], [], []
+    for i, (prep, c) in enumerate(jobs):
+        if rm_runs is None:
+            cfgs.append(run_config(c, policy_dir, prompts_file, str(prep["rm_dir"])))
+            fns.append(None)
+            slots.append((i, "rm"))
+        cfgs.append(run_config(c, policy_dir, prompts_file))
+        fns.append(rubric_reward(prep["rubrics"]))
+        slots.append((i, "rub"))
+    pols = dict(zip(slots, run_stacked(cfgs, fns)))
+    if rm_runs is not None:
+        pols.update({(i, "rm"): p for i, p in enumerate(rm_runs)})
+    return [(pols[(i, "rm")], pols[(i, "rub")]) for i in range(len(jobs))]
 
 
 def combine_replicates(reps: list[dict], cfg: DiagnosticConfig, elapsed: float) -> dict:
@@ -243,7 +258,6 @@ def diagnose_many(rm_dirs, policy_dir, prompts_file, cfg: DiagnosticConfig = Dia
     each member is the run diagnose() trains, up to float rounding). rm_runs: policies already trained by
     run_config(cfg, policy_dir, prompts_file, rm_dir) (the same run, e.g. a longer run's snapshot at cfg.steps),
     used instead of training the RM runs again. elapsed_s is each RM's equal share of the whole."""
-    from rlhf.train_rl_stacked import run_stacked
     if cfg.replicates != 1:
         raise ValueError(f"diagnose_many runs one replicate per RM (cfg.replicates {cfg.replicates}); use diagnose")
     t0 = time.time()
@@ -251,19 +265,8 @@ def diagnose_many(rm_dirs, policy_dir, prompts_file, cfg: DiagnosticConfig = Dia
     ref, _ = load_policy(policy_dir)
     fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
     preps = [_prepare(d, ref, fams, cfg) for d in rm_dirs]
-    cfgs, fns, slots = [], [], []
-    for i, prep in enumerate(preps):
-        if rm_runs is None:
-            cfgs.append(run_config(cfg, policy_dir, prompts_file, str(prep["rm_dir"])))
-            fns.append(None)
-            slots.append((i, "rm"))
-        cfgs.append(run_config(cfg, policy_dir, prompts_file))
-        fns.append(rubric_reward(prep["rubrics"]))
-        slots.append((i, "rub"))
-    pols = {slot: p for slot, p in zip(slots, run_stacked(cfgs, fns))}
-    if rm_runs is not None:
-        pols.update({(i, "rm"): p for i, p in enumerate(rm_runs)})
-    out = [_finish(prep, pols[(i, "rm")], pols[(i, "rub")], cfg, 0.0) for i, prep in enumerate(preps)]
+    pairs = _stacked_runs([(prep, cfg) for prep in preps], policy_dir, prompts_file, rm_runs)
+    out = [_finish(prep, *pair, cfg, 0.0) for prep, pair in zip(preps, pairs)]
     for r in out:
         r["elapsed_s"] = round((time.time() - t0) / max(len(out), 1), 1)
     return out

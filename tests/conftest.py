@@ -21,7 +21,7 @@ torch.set_num_threads(int(os.environ.get("RLHF_THREADS", "2")))
 import pytest
 
 
-def _built_once(tmp_path_factory, name: str, make) -> "Path":
+def _built_once(tmp_path_factory, name: str, make):
     """make(dir) once per test run. Under pytest-xdist the workers share the run's base temp dir: the first to get
     here builds while the others wait on a lock file, then all read the same dir. `make` must be deterministic
     and the dir read-only afterwards."""
