@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,8 +178,16 @@ def _finish(prep: dict, pol_rm, pol_rub, cfg: DiagnosticConfig, elapsed: float) 
 def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = DiagnosticConfig(), quiet=True) -> dict:
     """The diagnostic on one RM: its two short runs (against the RM, against the stand-in) one after the other.
     With cfg.replicates = K > 1: the whole diagnostic (stand-in and both runs) at seeds seed..seed+K-1, the 2K
-    runs trained as one stacked model, combined by combine_replicates."""
+    runs trained as one stacked model, combined by combine_replicates. quiet=False: a line on stderr as each phase
+    ends, with its seconds (where a call's time goes: docs/results.md)."""
     t0 = time.time()
+    clock = [t0]
+
+    def done_with(what: str):
+        if not quiet:
+            print(f"[diagnostic] {what} in {time.time() - clock[0]:.1f} s", file=sys.stderr, flush=True)
+        clock[0] = time.time()
+
     policy_dir = Path(policy_dir)
     ref, _ = load_policy(policy_dir)
     fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
@@ -186,13 +195,21 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
         raise ValueError(f"replicates: expected an integer >= 1, got {cfg.replicates}")
     if cfg.replicates == 1:
         prep = _prepare(rm_dir, ref, fams, cfg)
+        done_with("stand-in rubrics and the reference's eval")
         pol_rm = _short_run(cfg, policy_dir, prompts_file, reward_model=str(rm_dir))
+        done_with(f"{cfg.steps}-step run against the RM")
         pol_rub = _short_run(cfg, policy_dir, prompts_file, reward_fn=rubric_reward(prep["rubrics"]))
-        return _finish(prep, pol_rm, pol_rub, cfg, time.time() - t0)
+        done_with(f"{cfg.steps}-step run against the stand-in")
+        out = _finish(prep, pol_rm, pol_rub, cfg, time.time() - t0)
+        done_with("evals of both runs")
+        return out
     reps = [dataclasses.replace(cfg, seed=cfg.seed + k, replicates=1) for k in range(cfg.replicates)]
     jobs = [(_prepare(rm_dir, ref, fams, c), c) for c in reps]
+    done_with(f"stand-in rubrics and the reference's eval at {cfg.replicates} seeds")
     pairs = _stacked_runs(jobs, policy_dir, prompts_file)
+    done_with(f"{2 * cfg.replicates} stacked {cfg.steps}-step runs")
     done = [_finish(prep, *pair, c, 0.0) for (prep, c), pair in zip(jobs, pairs)]
+    done_with("evals of every run")
     return combine_replicates(done, cfg, time.time() - t0)
 
 
@@ -308,7 +325,7 @@ def main(argv=None):
         ap.error(f"--replicates {a.replicates}: expected an integer >= 1")
     setup_torch()
     cfg = DiagnosticConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(DiagnosticConfig)})
-    res = diagnose(a.rm_dir, a.policy_dir, a.prompts, cfg)
+    res = diagnose(a.rm_dir, a.policy_dir, a.prompts, cfg, quiet=False)
     write_json(a.out, res)
     for f, r in res["families"].items():
         ci = r.get("risk_interval")

@@ -25,6 +25,7 @@ def test_cli_contract(tiny_world, tmp_path):
     args += sum(([f"--{k.replace('_', '-')}", str(v)] for k, v in SMALL.items()), [])
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "[diagnostic] 6-step run against the RM in" in r.stderr    # progress: each phase and its seconds
     res = json.loads(out.read_text())
     assert set(res["families"]) == set(FAMILIES)
     for f, v in res["families"].items():
