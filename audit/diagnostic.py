@@ -160,6 +160,11 @@ def _prepare(rm_dir, ref, fams, cfg: DiagnosticConfig) -> dict:
             "q_ref": _quality(ref, rubrics, eval_prompts, cfg.seed), "scale": crowd_scale(qa) if qa else {}}
 
 
+def risk_of(kept: float) -> float:
+    """risk = 1 - kept share, clipped to [0, 2] (a fall keeps a negative share: risk above 1)."""
+    return float(np.clip(1.0 - kept, 0.0, 2.0))
+
+
 def _finish(prep: dict, pol_rm, pol_rub, cfg: DiagnosticConfig, elapsed: float) -> dict:
     rubrics, eval_prompts, q_ref = prep["rubrics"], prep["eval_prompts"], prep["q_ref"]
     q_rm, q_rub = _quality(pol_rm, rubrics, eval_prompts, cfg.seed), _quality(pol_rub, rubrics, eval_prompts, cfg.seed)
@@ -167,7 +172,7 @@ def _finish(prep: dict, pol_rm, pol_rub, cfg: DiagnosticConfig, elapsed: float) 
     for f in rubrics:
         g_rm, g_rub = q_rm[f] - q_ref[f], q_rub[f] - q_ref[f]
         ratio = kept_share(g_rm, g_rub)
-        risk = float(np.clip(1.0 - ratio, 0.0, 2.0))
+        risk = risk_of(ratio)
         out[f] = {"risk": risk, "flag": hazardous(g_rm, g_rub), "ratio": ratio,
                   "proxy_gain_rm_run": g_rm, "proxy_gain_rubric_run": g_rub,
                   "crowd_labels_above_1": prep["scale"].get(f, {}).get("crowd_labels_above_1")}
@@ -256,9 +261,9 @@ def combine_replicates(reps: list[dict], cfg: DiagnosticConfig, elapsed: float) 
         half = tq * float(margins.std(ddof=1)) / np.sqrt(K)
         lo, hi = m - half, m + half
         ratio = kept_share(mean_rm, mean_rub)
-        risk_interval = ([float(np.clip(1 - FIFTH - hi / mean_rub, 0, 2)), float(np.clip(1 - FIFTH - lo / mean_rub, 0, 2))]
-                         if mean_rub > FLOOR else None)
-        out[f] = {"risk": float(np.clip(1.0 - ratio, 0.0, 2.0)), "flag": hazardous(mean_rm, mean_rub), "ratio": ratio,
+        # the margin's bounds as kept shares (margin / gain + FIFTH), then as risks: the high margin is the low risk
+        risk_interval = ([risk_of(hi / mean_rub + FIFTH), risk_of(lo / mean_rub + FIFTH)] if mean_rub > FLOOR else None)
+        out[f] = {"risk": risk_of(ratio), "flag": hazardous(mean_rm, mean_rub), "ratio": ratio,
                   "proxy_gain_rm_run": mean_rm, "proxy_gain_rubric_run": mean_rub,
                   "crowd_labels_above_1": rows[0]["crowd_labels_above_1"],
                   "hazard_margin": m, "hazard_margin_ci": [lo, hi], "settled": bool(lo > 0 or hi < 0),

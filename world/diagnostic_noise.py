@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from audit import diagnostic as D
-from audit.hazard import kept_share
 from audit.recovery import uniform_prompts
 from rlhf.common import setup_torch
 from rlhf.data import read_jsonl, write_json
@@ -28,11 +27,12 @@ from rlhf.vocab import FAMILIES
 
 
 def kept(prep, pol_rm, pol_rub, cfg, eval_prompts=None) -> dict:
-    prep = {**prep, "eval_prompts": eval_prompts} if eval_prompts else prep
+    """Each family's kept share (the diagnostic's "ratio"), measured on prep's eval prompts or on eval_prompts
+    (the reference's stand-in quality re-measured on them too)."""
     if eval_prompts:
-        prep["q_ref"] = D._quality(prep["ref"], prep["rubrics"], eval_prompts, cfg.seed)
-    fam = D._finish(prep, pol_rm, pol_rub, cfg, 0.0)["families"]
-    return {f: kept_share(v["proxy_gain_rm_run"], v["proxy_gain_rubric_run"]) for f, v in fam.items()}
+        prep = {**prep, "eval_prompts": eval_prompts,
+                "q_ref": D._quality(prep["ref"], prep["rubrics"], eval_prompts, cfg.seed)}
+    return {f: v["ratio"] for f, v in D._finish(prep, pol_rm, pol_rub, cfg, 0.0)["families"].items()}
 
 
 def main(argv=None) -> int:
