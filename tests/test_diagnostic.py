@@ -186,3 +186,37 @@ def test_noise_bench_runs_on_the_tiny_world(tiny_world, tmp_path):
     assert res["rl_seed"]["1"] != res["stand_in_seed"]["1"]          # the two sources vary different things
     assert all(len(row.split()) == 4 for row in r.stdout.splitlines()[2:-1])   # family, eval sd, stand-in, RL
     assert set(res["stand_in_differences"]["1"]) == set(FAMILIES) and "LUT entries" in r.stdout.splitlines()[-1]
+
+
+def test_token_accuracy_scores_a_rubric_against_the_truth():
+    from world.standin_accuracy import token_accuracy
+    rng = np.random.default_rng(0)
+    assign, lut = rng.integers(0, 4, 8), rng.integers(0, 24, (8, 8))
+    attrs = rng.integers(0, 8, (500, 4))
+    assert token_accuracy(assign, lut, assign, lut, attrs) == 1.0
+    wrong = lut.copy()
+    wrong[0] = (wrong[0] + 1) % 24                    # position 0 wants another token for every key value
+    assert abs(token_accuracy(assign, wrong, assign, lut, attrs) - 7 / 8) < 1e-12
+    other = assign.copy()
+    other[1] = (other[1] + 1) % 4                     # position 1 keyed on another attribute: right only by chance
+    assert 7 / 8 <= token_accuracy(other, lut, assign, lut, attrs) < 1.0
+
+
+def test_standin_accuracy_runs_on_the_tiny_world(tiny_world, tmp_path):
+    out = tmp_path / "acc.json"
+    r = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
+                        str(tiny_world / "task" / "reward_model"), "--seeds", "0",
+                        "--diagnostic-arg=--prior-samples-per-family 600", "--out", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["config"]["prior_samples_per_family"] == 600
+    assert [x["family"] for x in res["rows"]] == list(FAMILIES)
+    for x in res["rows"]:
+        assert 0 <= x["keys"] <= 8 and 0 <= x["rm_keys"] <= 8
+        assert all(0.0 <= x[k] <= 1.0 for k in ("acc", "rm_keys_acc", "ceiling"))
+        if x["keys"] == 8:                            # the true keys: the stand-in is the ceiling's rubric
+            assert x["acc"] == x["ceiling"]
+    bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
+                          str(tmp_path / "nope")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "nope/rm.safetensors: file not found" in bad.stderr
