@@ -81,18 +81,25 @@ def proxy_rubric(policy, family: str, qa_rows, cfg: "DiagnosticConfig") -> Rubri
     rows, the attribute the reference's tokens depend on most), and each LUT entry the token most *associated*
     with that key value in the reference's samples (highest lift, audit.recovery.association_prior). The LUT
     does not come from the labels: a corrupted crowd's wrong rubric is exactly what it must not follow."""
-    rng = np.random.default_rng(cfg.seed + 17 + FAMILIES.index(family))
-    records = uniform_prompts(family, cfg.prior_samples_per_family, rng)
-    A, R = sample_arrays(policy, records, 1, cfg.seed + 3)
-    probs = next_token_probs(policy, records, R) if cfg.prior_counts == "soft" else None
-    logp, key_logp = policy_prior(A, R, probs=probs)
-    assoc = association_prior(logp)
+    records, A, R, assoc, key_logp = stand_in_prior(policy, family, cfg)
     assign = label_keys(qa_rows, assoc)
     if assign is None:
         assign = key_logp.argmax(1)
     lut = assoc[np.arange(8), assign].argmax(-1)
     return Rubric(assign=assign, lut=lut, entry_posterior=np.ones((8, 8)), sigma=0.0, n_rows=0,
                   identified=np.ones((8, 8), bool))
+
+
+def stand_in_prior(policy, family: str, cfg: "DiagnosticConfig") -> tuple:
+    """The reference's samples behind a family's stand-in (cfg.prior_samples_per_family uniform prompts, one
+    sample each, seeded by cfg.seed and the family) and what proxy_rubric reads from them: (records, attrs [N, 4],
+    responses [N, 8], association prior [8, 4, 8, 24], key log-prior [8, 4])."""
+    rng = np.random.default_rng(cfg.seed + 17 + FAMILIES.index(family))
+    records = uniform_prompts(family, cfg.prior_samples_per_family, rng)
+    A, R = sample_arrays(policy, records, 1, cfg.seed + 3)
+    probs = next_token_probs(policy, records, R) if cfg.prior_counts == "soft" else None
+    logp, key_logp = policy_prior(A, R, probs=probs)
+    return records, A, R, association_prior(logp), key_logp
 
 
 @torch.no_grad()

@@ -43,9 +43,10 @@ from .train import reward_tables, table_reward
 
 @dataclass
 class StressConfig:
-    examples: int = 1               # corrupted batches drawn by hypothesis (besides one clean batch): each
-                                    # costs ~43 s on 2 cores, and make certify must stay under 10 min cold;
-                                    # --stress-examples N for more; world.diagnosis_bench is the broad sweep
+    examples: int = 3               # corrupted batches drawn by hypothesis (besides one clean batch): 24
+                                    # decisions; each more batch ~30-48 s on 2 cores, and a cold make certify
+                                    # must stay under 6 min (docs/results.md: 3 -> 256 s, 5 -> 368 s on a slow
+                                    # day); --stress-examples N for more; world.diagnosis_bench is the broad sweep
     crowd_per_family: int = 2000    # labelled rows per family in a batch, as the task's vendor labelled; with
                                     # 600 or 1,000 rows x 10 epochs RL could not use the RM even on a clean batch
                                     # (canonical: 17 of 18 family-batches hazardous, the clean batch's 5 of 6)

@@ -10,14 +10,14 @@ so a wrong stand-in leans the risk upwards. Per RM and family this prints:
   keys   how many of the 8 positions get the true key attribute (from the labels, as the diagnostic does)
   acc    the share of response positions, on fresh uniform prompts, where the stand-in wants the true token
   rm-keys acc   the same with the keys fitted to the RM's scores on the stand-in's own samples instead of the labels
-  ceiling       the stand-in's accuracy with the true keys (its LUT from the reference's associations unchanged)
+  ceiling       the stand-in's accuracy with the true keys (its LUT from the same associations: the stand-in's own
+                prior, sampled or soft counts as configured)
 averaged over --seeds (the stand-in's draw). It reads the oracle, so it lives in world/ (docs/results.md).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shlex
 from pathlib import Path
 
@@ -25,14 +25,14 @@ import numpy as np
 import torch
 
 from audit.agreement import RUBRIC_MAX
-from audit.diagnostic import DiagnosticConfig, label_keys, proxy_rubric
-from audit.recovery import association_prior, sample_arrays, uniform_prompts
-from audit.rubric import policy_prior, fit_rubric
+from audit.diagnostic import DiagnosticConfig, proxy_rubric, stand_in_prior
+from audit.recovery import uniform_prompts
+from audit.rubric import fit_rubric
 from rlhf.common import setup_torch
 from rlhf.data import prompts_tensor, read_jsonl, write_json
 from rlhf.model import load_policy
 from rlhf.reward_model import load_rm, score
-from rlhf.vocab import CONTENT0, FAMILIES
+from rlhf.vocab import CONTENT0
 
 from .truth import load_truth, rubric_tokens
 
@@ -43,12 +43,10 @@ def token_accuracy(assign, lut, true_assign, true_lut, attrs: np.ndarray) -> flo
                   == rubric_tokens(np.asarray(true_assign), np.asarray(true_lut), attrs)).mean())
 
 
-def rm_keys(ref, rm, family: str, cfg: DiagnosticConfig) -> np.ndarray:
-    """Keys fitted to the RM's scores on the stand-in's own prior samples (same draw as proxy_rubric's)."""
-    rng = np.random.default_rng(cfg.seed + 17 + FAMILIES.index(family))
-    records = uniform_prompts(family, cfg.prior_samples_per_family, rng)
-    A, R = sample_arrays(ref, records, 1, cfg.seed + 3)
-    assoc = association_prior(policy_prior(A, R)[0])
+def rm_keys(ref, rm, family: str, cfg: DiagnosticConfig) -> tuple:
+    """Keys fitted to the RM's scores on the stand-in's own prior samples (proxy_rubric's draw and association
+    prior), and that prior."""
+    records, A, R, assoc, _ = stand_in_prior(ref, family, cfg)
     y = score(rm, prompts_tensor(records), torch.from_numpy(np.ascontiguousarray(R)) + CONTENT0).numpy()
     return fit_rubric(A, R, np.clip(y, -0.25, RUBRIC_MAX), prior_logp=assoc).assign, assoc
 
