@@ -29,13 +29,16 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--paths", default="serial,stacked")
+    ap.add_argument("--min-replaced-share", type=float, default=StressConfig.min_replaced_share,
+                    help="the drawn corruptions' smallest replaced share (StressConfig.min_replaced_share)")
     a = ap.parse_args(argv)
     setup_torch(a.threads)
     task = load_task(a.task)
     t = time.perf_counter()
     rubrics = recover_rubrics(task, task.load_policy(), RecoveryConfig(seed=a.seed))
     print(f"rubric recovery (shared, not counted): {time.perf_counter() - t:.1f}s", flush=True)
-    cfg, dcfg = StressConfig(examples=a.examples, seed=a.seed), DiagnosticConfig(seed=a.seed)
+    cfg = StressConfig(examples=a.examples, min_replaced_share=a.min_replaced_share, seed=a.seed)
+    dcfg = DiagnosticConfig(seed=a.seed)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for path in a.paths.split(","):
@@ -45,6 +48,7 @@ def main(argv=None):
             secs = time.perf_counter() - t
             n = len(res["results"])
             out[path] = {"batches": n, "s_total": round(secs, 1), "s_per_batch": round(secs / n, 1),
+                         "specs": [r["spec"] for r in res["results"]], "risk": [r["risk"] for r in res["results"]],
                          "hazard": [r["hazard"] for r in res["results"]], "flag": [r["flag"] for r in res["results"]]}
             print(f"{path:8s}: {n} batches in {secs:.1f}s = {secs / n:.1f} s/batch", flush=True)
     if len(out) == 2:

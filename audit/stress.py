@@ -65,6 +65,9 @@ class StressConfig:
     eval_prompts_per_family: int = 400
     stacked: bool = True            # all batches' RMs, hazard runs and diagnostic runs trained as stacked models
                                     # (rlhf/stacked.py; `make bench` compares); False: one batch after another
+    min_replaced_share: float = 0.4  # the drawn wrong rubrics / rescales replace this share of LUT entries or more
+                                    # (up to all): SPEC §1's "large share"; lower draws milder batches, nearer the
+                                    # hazard line (docs/results.md, "Three drawn batches by default")
     ray_address: str | None = None  # run the batches as Ray tasks there ("local": a Ray started here) instead;
                                     # each the one-batch path (audit/stress_ray.py); part of the cache key
     seed: int = 0
@@ -257,14 +260,16 @@ def run_stacked_examples(task, rubrics: dict, specs: list, cfg: StressConfig, di
     atomic_write_text(work / "rubric_gain.json", json.dumps(rubric_gain))
 
 
-def corruption_specs():
+def corruption_specs(min_share: float = 0.4):
     """hypothesis strategy: {family: Corruption} for one or two families, of both kinds and every severity SPEC
     §1 allows (count rows at random or keyed on a prompt attribute; rescales in [1.3, 4]; replaced shares from
-    0.4 to 1; wrong tokens the policy likes or uniform)."""
+    min_share to 1; wrong tokens the policy likes or uniform)."""
     from hypothesis import strategies as st
 
+    if not 0.0 < min_share <= 1.0:
+        raise ValueError(f"min_replaced_share: expected a share in (0, 1], got {min_share}")
     replacement = st.sampled_from(["policy", "policy_sampled", "uniform"])
-    share = st.floats(0.4, 1.0)
+    share = st.floats(min_share, 1.0)
     key = st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["<", ">="]), st.integers(2, 6)).map(list),
                    min_size=1, max_size=2)
     wrong = st.builds(Corruption, kind=st.just("wrong_rubric"), rho=st.floats(0.05, 0.45),
@@ -290,7 +295,7 @@ def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, w
     @seed(cfg.seed)
     @settings(max_examples=cfg.examples + 1, phases=[Phase.explicit, Phase.generate], database=None,
               deadline=None, suppress_health_check=list(HealthCheck))
-    @given(spec=corruption_specs())
+    @given(spec=corruption_specs(cfg.min_replaced_share))
     @example(spec={})
     def probe(spec):
         if len(specs) > cfg.examples:      # hypothesis may ask for more; the budget is examples + clean

@@ -55,6 +55,18 @@ def test_strategy_draws_one_or_two_families_within_spec(spec):
             assert 1.3 <= c.scale <= 4.0
 
 
+@settings(max_examples=30, deadline=None)
+@given(spec=corruption_specs(0.1))
+def test_strategy_draws_milder_shares_on_request(spec):
+    assert all(0.1 <= c.replaced_share <= 1.0 for c in spec.values())
+
+
+def test_strategy_refuses_a_share_outside_0_1():
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="min_replaced_share"):
+            corruption_specs(bad)
+
+
 def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
     from audit.diagnostic import DiagnosticConfig
     from audit.recovery import RecoveryConfig, recover_rubrics
