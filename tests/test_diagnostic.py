@@ -1,6 +1,7 @@
 """The gold-free diagnostic's contract (CLI, output, determinism) on the tiny world, and its gold-free rubric on
 a world it was not fitted to. Its AUROC on re-trained RMs is measured by `python -m world grade` (docs/)."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -220,3 +221,9 @@ def test_standin_accuracy_runs_on_the_tiny_world(tiny_world, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
                           str(tmp_path / "nope")], capture_output=True, text=True)
     assert bad.returncode == 2 and "nope/rm.safetensors: file not found" in bad.stderr
+    rm = tmp_path / "rm"                              # a QA sample with a malformed line: its file and line named
+    shutil.copytree(tiny_world / "task" / "reward_model", rm)
+    (rm / "train.jsonl").write_text((rm / "train.jsonl").read_text() + "{not json\n")
+    bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
+                          str(rm), "--seeds", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "train.jsonl" in bad.stderr and "Traceback" not in bad.stderr

@@ -29,8 +29,8 @@ from audit.diagnostic import DiagnosticConfig, proxy_rubric, stand_in_prior
 from audit.recovery import uniform_prompts
 from audit.rubric import fit_rubric
 from rlhf.common import setup_torch
-from rlhf.data import prompts_tensor, read_jsonl, write_json
-from rlhf.model import load_policy
+from rlhf.data import DataError, prompts_tensor, read_jsonl, write_json
+from rlhf.model import CheckpointError, load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0
 
@@ -105,7 +105,10 @@ def main(argv=None) -> int:
         dap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     cfg = DiagnosticConfig(**vars(dap.parse_args(shlex.split(" ".join(a.diagnostic_arg)))))
     setup_torch()
-    rows = measure(world, dirs, cfg, seeds)
+    try:
+        rows = measure(world, dirs, cfg, seeds)
+    except (DataError, CheckpointError) as e:     # a malformed QA line, a checkpoint of the wrong shape
+        ap.error(str(e))
     print(f"{'rm':28s} {'family':7s} keys  acc   rm-keys acc   ceiling")
     for r in rows:
         print(f"{Path(r['rm_dir']).name[:28]:28s} {r['family']:7s} {r['keys']:4.1f} {r['acc']:5.3f} "
