@@ -76,12 +76,13 @@ def label_keys(qa_rows, prior_logp) -> np.ndarray | None:
     return fit.assign
 
 
-def proxy_rubric(policy, family: str, qa_rows, cfg: "DiagnosticConfig") -> Rubric:
+def proxy_rubric(policy, family: str, qa_rows, cfg: "DiagnosticConfig", prior: tuple | None = None) -> Rubric:
     """A gold-free stand-in for the family's rubric: the keys from the crowd's labels (label_keys; without QA
     rows, the attribute the reference's tokens depend on most), and each LUT entry the token most *associated*
     with that key value in the reference's samples (highest lift, audit.recovery.association_prior). The LUT
-    does not come from the labels: a corrupted crowd's wrong rubric is exactly what it must not follow."""
-    records, A, R, assoc, key_logp = stand_in_prior(policy, family, cfg)
+    does not come from the labels: a corrupted crowd's wrong rubric is exactly what it must not follow.
+    prior: stand_in_prior(policy, family, cfg), when the caller has it already."""
+    records, A, R, assoc, key_logp = prior if prior is not None else stand_in_prior(policy, family, cfg)
     assign = label_keys(qa_rows, assoc)
     if assign is None:
         assign = key_logp.argmax(1)

@@ -43,12 +43,12 @@ def token_accuracy(assign, lut, true_assign, true_lut, attrs: np.ndarray) -> flo
                   == rubric_tokens(np.asarray(true_assign), np.asarray(true_lut), attrs)).mean())
 
 
-def rm_keys(ref, rm, family: str, cfg: DiagnosticConfig) -> tuple:
-    """Keys fitted to the RM's scores on the stand-in's own prior samples (proxy_rubric's draw and association
-    prior), and that prior."""
-    records, A, R, assoc, _ = stand_in_prior(ref, family, cfg)
+def rm_keys(rm, prior: tuple) -> np.ndarray:
+    """Keys fitted to the RM's scores on the stand-in's own prior samples (prior: audit.diagnostic.stand_in_prior,
+    the draw and association prior proxy_rubric reads)."""
+    records, A, R, assoc, _ = prior
     y = score(rm, prompts_tensor(records), torch.from_numpy(np.ascontiguousarray(R)) + CONTENT0).numpy()
-    return fit_rubric(A, R, np.clip(y, -0.25, RUBRIC_MAX), prior_logp=assoc).assign, assoc
+    return fit_rubric(A, R, np.clip(y, -0.25, RUBRIC_MAX), prior_logp=assoc).assign
 
 
 def measure(world: Path, rm_dirs: list, cfg: DiagnosticConfig, seeds: list, eval_prompts: int = 2000) -> list[dict]:
@@ -66,8 +66,10 @@ def measure(world: Path, rm_dirs: list, cfg: DiagnosticConfig, seeds: list, eval
             per_seed = []
             for s in seeds:
                 c = dataclasses.replace(cfg, seed=s)
-                stand_in = proxy_rubric(ref, f, fam_qa, c)
-                k_rm, assoc = rm_keys(ref, rm, f, c)
+                prior = stand_in_prior(ref, f, c)
+                assoc = prior[3]
+                stand_in = proxy_rubric(ref, f, fam_qa, c, prior=prior)
+                k_rm = rm_keys(rm, prior)
                 n = np.arange(len(t["assign"]))
                 per_seed.append({
                     "keys": int((stand_in.assign == t["assign"]).sum()),
