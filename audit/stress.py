@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,16 +225,17 @@ def _shares_prefix(cfg: StressConfig, diag_cfg: DiagnosticConfig, task) -> bool:
 
 
 def run_stacked_examples(task, rubrics: dict, specs: list, cfg: StressConfig, diag_cfg: DiagnosticConfig,
-                         work: Path) -> None:
+                         work: Path, say=lambda s: None) -> None:
     """run_example for every spec, stage by stage over all of them at once: their batches' RMs trained as one
     stacked model, their hazard runs and the rubric run as another, the diagnostic's runs as a third (its runs
     against the RMs taken from the hazard runs when they are the same run, _shares_prefix). Writes each batch's
     result and rubric_gain.json. A stage is redone whole (all specs, the rubric run included) whenever one of its
     outputs is missing, so a run resumed after a kill stacks the same members as an uninterrupted one and gives
-    the same bits."""
+    the same bits. say: a line as each of the three stages ends, with its seconds."""
     keys = [spec_key(s) for s in specs]
     if all((work / f"{k}.json").exists() for k in keys) and (work / "rubric_gain.json").exists():
         return
+    t0 = time.time()
     rm_dirs = [work / f"rm-{k}" for k in keys]
     if not all((d / "train.jsonl").exists() for d in rm_dirs):
         policy = task.load_policy()
@@ -247,12 +249,18 @@ def run_stacked_examples(task, rubrics: dict, specs: list, cfg: StressConfig, di
             save_rm(rm, mcfg, part)
             write_jsonl(part / "train.jsonl", qa_sample(r, cfg.qa_per_family, np.random.default_rng(sd)))
             part.rename(d)
+        say(f"stress: {len(specs)} batches labelled and their RMs trained (stacked) in {time.time() - t0:.1f}s")
     posteriors = {f: r.posterior for f, r in rubrics.items()}
     share = _shares_prefix(cfg, diag_cfg, task)
+    t0 = time.time()
     gains, snaps = stacked_gains(task.root, posteriors, cfg, rm_dirs + [None], diag_cfg.steps if share else 0)
     rubric_gain = gains[-1]
+    say(f"stress: {len(rm_dirs) + 1} hazard runs ({cfg.hazard_steps} steps, stacked, the rubric run included) "
+        f"in {time.time() - t0:.1f}s")
+    t0 = time.time()
     ds = diagnose_many(rm_dirs, task.policy_dir, task.root / "data" / "prompts_train.jsonl", diag_cfg,
                        rm_runs=snaps[:-1] if share else None)
+    say(f"stress: {len(rm_dirs)} diagnostics (their stand-in runs stacked) in {time.time() - t0:.1f}s")
     results = [_result(spec, g, rubric_gain, d, rm_dir, task, cfg)
                for spec, g, d, rm_dir in zip(specs, gains, ds, rm_dirs)]
     for k, res in zip(keys, results):
@@ -307,7 +315,7 @@ def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, w
         from .stress_ray import run_on_ray
         run_on_ray(task, rubrics, specs, cfg, diag_cfg, work, say)
     elif cfg.stacked:
-        run_stacked_examples(task, rubrics, specs, cfg, diag_cfg, work)
+        run_stacked_examples(task, rubrics, specs, cfg, diag_cfg, work, say)
     elif not rubric_file.exists():
         atomic_write_text(rubric_file, json.dumps(rl_gains(task.root, posteriors, cfg, None)))
     rubric_gain = json.loads(rubric_file.read_text())

@@ -82,7 +82,11 @@ def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
     said = []
     res = stress(task, rubrics, cfg, dcfg, tmp_path / "stress", say=said.append)
     assert len(res["results"]) == 2 and res["results"][0]["spec"] == {} and res["results"][1]["spec"]
-    assert len(said) == 2 and said[0].startswith("stress batch 1/2")
+    batches = [s for s in said if s.startswith("stress batch")]
+    assert len(batches) == 2 and batches[0].startswith("stress batch 1/2")
+    stages = [s for s in said if not s.startswith("stress batch")]     # the stacked stage's progress, in order
+    assert [s.split(" in ")[0].split(" (")[0] for s in stages] == [
+        "stress: 2 batches labelled and their RMs trained", "stress: 3 hazard runs", "stress: 2 diagnostics"]
     for r in res["results"]:
         assert set(r["hazard"]) == set(FAMILIES) and all(np.isfinite(list(r["risk"].values())))
     again = stress(task, rubrics, cfg, dcfg, tmp_path / "stress", say=lambda s: None)   # all from the cache
