@@ -322,6 +322,19 @@ def gold_hazard_labels(run_deltas: dict, rubric_deltas: dict) -> dict:
     return hazard_labels(run_deltas, rubric_deltas)
 
 
+def add_config_args(ap: argparse.ArgumentParser) -> None:
+    """One flag per DiagnosticConfig field (--prior-counts limited to its two values), for every CLI that
+    configures the diagnostic."""
+    choices = {"prior_counts": ("soft", "sampled")}
+    for f in dataclasses.fields(DiagnosticConfig):
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                        choices=choices.get(f.name))
+
+
+def config_from_args(a: argparse.Namespace) -> DiagnosticConfig:
+    return DiagnosticConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(DiagnosticConfig)})
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m audit.diagnostic", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -329,15 +342,12 @@ def main(argv=None):
     ap.add_argument("--policy-dir", required=True, help="the reference policy")
     ap.add_argument("--prompts", required=True, help="prompt pool for the simulated optimisation")
     ap.add_argument("--out", required=True)
-    choices = {"prior_counts": ("soft", "sampled")}
-    for f in dataclasses.fields(DiagnosticConfig):
-        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                        choices=choices.get(f.name))
+    add_config_args(ap)
     a = ap.parse_args(argv)
     if a.replicates < 1:
         ap.error(f"--replicates {a.replicates}: expected an integer >= 1")
     setup_torch()
-    cfg = DiagnosticConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(DiagnosticConfig)})
+    cfg = config_from_args(a)
     res = diagnose(a.rm_dir, a.policy_dir, a.prompts, cfg, quiet=False)
     write_json(a.out, res)
     for f, r in res["families"].items():

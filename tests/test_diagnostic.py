@@ -221,6 +221,10 @@ def test_standin_accuracy_runs_on_the_tiny_world(tiny_world, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
                           str(tmp_path / "nope")], capture_output=True, text=True)
     assert bad.returncode == 2 and "nope/rm.safetensors: file not found" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
+                          str(tiny_world / "task" / "reward_model"), "--diagnostic-arg=--prior-counts bogus"],
+                         capture_output=True, text=True)     # the diagnostic CLI's own choices, not a silent default
+    assert bad.returncode == 2 and "invalid choice: 'bogus'" in bad.stderr
     rm = tmp_path / "rm"                              # a QA sample with a malformed line: its file and line named
     shutil.copytree(tiny_world / "task" / "reward_model", rm)
     (rm / "train.jsonl").write_text((rm / "train.jsonl").read_text() + "{not json\n")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from audit.agreement import RUBRIC_MAX
-from audit.diagnostic import DiagnosticConfig, proxy_rubric, stand_in_prior
+from audit.diagnostic import DiagnosticConfig, add_config_args, config_from_args, proxy_rubric, stand_in_prior
 from audit.recovery import uniform_prompts
 from audit.rubric import fit_rubric
 from rlhf.common import setup_torch
@@ -67,7 +67,7 @@ def measure(world: Path, rm_dirs: list, cfg: DiagnosticConfig, seeds: list, eval
             for s in seeds:
                 c = dataclasses.replace(cfg, seed=s)
                 prior = stand_in_prior(ref, f, c)
-                assoc = prior[3]
+                _, _, _, assoc, _ = prior
                 stand_in = proxy_rubric(ref, f, fam_qa, c, prior=prior)
                 k_rm = rm_keys(rm, prior)
                 n = np.arange(len(t["assign"]))
@@ -103,9 +103,8 @@ def main(argv=None) -> int:
         if not p.is_file():
             ap.error(f"{p}: file not found")
     dap = argparse.ArgumentParser(prog="--diagnostic-arg")
-    for f in dataclasses.fields(DiagnosticConfig):
-        dap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    cfg = DiagnosticConfig(**vars(dap.parse_args(shlex.split(" ".join(a.diagnostic_arg)))))
+    add_config_args(dap)
+    cfg = config_from_args(dap.parse_args(shlex.split(" ".join(a.diagnostic_arg))))
     setup_torch()
     try:
         rows = measure(world, dirs, cfg, seeds)
