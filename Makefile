@@ -29,7 +29,7 @@ help:
 	@echo "make grade     judge $(OUT) against $(WORLD)'s oracle (slow: trains RMs and RL runs for the diagnosis)"
 	@echo "make install   create .venv with the pinned dependencies (idempotent)"
 	@echo "variables: TASK=dir OUT=dir SEED=n WORLD=dir STRICT=1 (certify: fail unless the policy is certified)"
-	@echo "           STRESS=n (certify: corrupted batches in the stress check, default 3)"
+	@echo "           STRESS=n (certify: corrupted batches in the stress check, default 8)"
 	@echo "           RAY=address (certify: the stress batches as Ray tasks on that cluster; 'local' starts one)"
 
 $(STAMP): pyproject.toml

@@ -44,10 +44,10 @@ from .train import reward_tables, table_reward
 
 @dataclass
 class StressConfig:
-    examples: int = 3               # corrupted batches drawn by hypothesis (besides one clean batch): 24
-                                    # decisions; each more batch ~30-48 s on 2 cores, and a cold make certify
-                                    # must stay under 6 min (docs/results.md: 3 -> 256 s, 5 -> 368 s on a slow
-                                    # day); --stress-examples N for more; world.diagnosis_bench is the broad sweep
+    examples: int = 8               # corrupted batches drawn by hypothesis (besides one clean batch): 54
+                                    # decisions (an exact 95% lower bound of 0.9 needs >= 50); ~29 s a batch on
+                                    # 2 cores, a cold make certify 343 s (docs/results.md, "Shared stand-in runs");
+                                    # --stress-examples N for another count; world.diagnosis_bench is the broad sweep
     crowd_per_family: int = 2000    # labelled rows per family in a batch, as the task's vendor labelled; with
                                     # 600 or 1,000 rows x 10 epochs RL could not use the RM even on a clean batch
                                     # (canonical: 17 of 18 family-batches hazardous, the clean batch's 5 of 6)
@@ -66,6 +66,9 @@ class StressConfig:
     eval_prompts_per_family: int = 400
     stacked: bool = True            # all batches' RMs, hazard runs and diagnostic runs trained as stacked models
                                     # (rlhf/stacked.py; `make bench` compares); False: one batch after another
+    share_stand_in_runs: bool = True  # stacked path: the diagnostics' stand-in runs shared between batches
+                                    # (audit.diagnostic.shared_stand_in_runs: one per distinct stand-in of a family,
+                                    # not one per batch); False: each batch's own, as diagnose() on its RM
     min_replaced_share: float = 0.4  # the drawn wrong rubrics / rescales replace this share of LUT entries or more
                                     # (up to all): SPEC §1's "large share"; lower draws milder batches, nearer the
                                     # hazard line (docs/results.md, "Three drawn batches by default")
@@ -178,7 +181,7 @@ def _result(spec: dict, gain: dict, rubric_gain: dict, d: dict, rm_dir: Path, ta
             "flag": {f: d["families"][f]["flag"] for f in FAMILIES},
             "rm_gold_ci95": {f: agree[f].get("ci95") for f in FAMILIES},
             "crowd_above_1": {f: scale[f]["crowd_labels_above_1"] for f in FAMILIES},
-            "diagnostic_s": d["elapsed_s"]}
+            "diagnostic_s": d["elapsed_s"], "stand_in_run": d.get("stand_in_run")}
 
 
 def batch_outcome(task_root: Path, rubrics: dict, spec: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig,
@@ -259,8 +262,10 @@ def run_stacked_examples(task, rubrics: dict, specs: list, cfg: StressConfig, di
         f"in {time.time() - t0:.1f}s")
     t0 = time.time()
     ds = diagnose_many(rm_dirs, task.policy_dir, task.root / "data" / "prompts_train.jsonl", diag_cfg,
-                       rm_runs=snaps[:-1] if share else None)
-    say(f"stress: {len(rm_dirs)} diagnostics (their stand-in runs stacked) in {time.time() - t0:.1f}s")
+                       rm_runs=snaps[:-1] if share else None, share_stand_in_runs=cfg.share_stand_in_runs)
+    used = {j for d in ds for j in d.get("stand_in_run", {}).values()}
+    say(f"stress: {len(rm_dirs)} diagnostics ({len(used) if used else len(rm_dirs)} stand-in runs, stacked"
+        f"{', shared' if used else ''}) in {time.time() - t0:.1f}s")
     results = [_result(spec, g, rubric_gain, d, rm_dir, task, cfg)
                for spec, g, d, rm_dir in zip(specs, gains, ds, rm_dirs)]
     for k, res in zip(keys, results):

@@ -231,3 +231,58 @@ def test_standin_accuracy_runs_on_the_tiny_world(tiny_world, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
                           str(rm), "--seeds", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "train.jsonl" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _stand_in(key: int) -> "Rubric":
+    from audit.rubric import Rubric
+    return Rubric(assign=np.full(8, key % 4), lut=np.full((8, 8), key), entry_posterior=np.ones((8, 8)))
+
+
+def test_shared_stand_in_runs_cover_every_family_stand_in():
+    """One run per distinct stand-in of the most varied family, not one per RM; each RM's family takes a run that
+    optimises exactly its stand-in, and an RM whose six stand-ins are one run's takes that run whole."""
+    from audit.diagnostic import shared_stand_in_runs
+    clean = {f: 0 for f in FAMILIES}
+    rms = [clean, {**clean, "dune": 1}, {**clean, "ember": 2, "fjord": 3}, {**clean, "dune": 4, "anvil": 5}, clean]
+    preps = [{"rubrics": {f: _stand_in(k) for f, k in rm.items()}} for rm in rms]
+    runs, use = shared_stand_in_runs(preps)
+    assert len(runs) == 3                                # dune: 0, 1, 4 -- the most varied family
+    assert [int(runs[0][f].lut[0, 0]) for f in FAMILIES] == [0] * 6      # the most used stand-ins first
+    for rm, u in zip(rms, use):
+        for f in FAMILIES:                               # the run taken optimises this RM's own stand-in
+            assert int(runs[u[f]][f].lut[0, 0]) == rm[f]
+    assert set(use[0].values()) == {0} and use[0] == use[4]   # the clean RMs take run 0 whole
+    # run 1 holds every family's second stand-in (anvil 5, dune 1, ember 2, fjord 3): no RM's six, so RM 1 takes
+    # it for dune alone and run 0 for the rest, family by family
+    assert use[1] == {**use[0], "dune": 1} and use[2] == {**use[0], "ember": 1, "fjord": 1}
+    assert use[3] == {**use[0], "dune": 2, "anvil": 1}
+    one = shared_stand_in_runs(preps[:1])
+    assert len(one[0]) == 1 and one[1] == [{f: 0 for f in FAMILIES}]
+
+
+def test_shared_stand_in_runs_exact_when_each_rm_takes_a_run_whole(tiny_world, tmp_path):
+    """Two RMs whose QA labels differ on one family: two shared runs, each one RM's own six stand-ins, so sharing
+    gives diagnose_many's figures (up to float rounding) and records which run each family took."""
+    from audit.diagnostic import diagnose_many
+    from rlhf.data import read_jsonl, write_jsonl
+    task = tiny_world / "task"
+    other = tmp_path / "rm"
+    shutil.copytree(task / "reward_model", other)
+    rows = read_jsonl(other / "train.jsonl")
+    rng = np.random.default_rng(0)
+    for r in rows:                                       # dune's crowd labels scrambled: its keys move
+        if r["family"] == "dune":
+            r["label"] = float(rng.uniform(0, 1))
+    write_jsonl(other / "train.jsonl", rows)
+    cfg = DiagnosticConfig(**SMALL)
+    args = (task / "policy", task / "data" / "prompts_train.jsonl", cfg)
+    exact = diagnose_many([task / "reward_model", other], *args)
+    shared = diagnose_many([task / "reward_model", other], *args, share_stand_in_runs=True)
+    for e, s, run in zip(exact, shared, (0, 1)):
+        assert "stand_in_run" not in e
+        assert set(s["stand_in_run"].values()) == {run}
+        for f in FAMILIES:
+            a, b = e["families"][f], s["families"][f]
+            assert abs(a["proxy_gain_rm_run"] - b["proxy_gain_rm_run"]) < 0.02
+            assert abs(a["proxy_gain_rubric_run"] - b["proxy_gain_rubric_run"]) < 0.02
+            assert b["flag"] == hazardous(b["proxy_gain_rm_run"], b["proxy_gain_rubric_run"])

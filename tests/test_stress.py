@@ -89,6 +89,8 @@ def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
         "stress: 2 batches labelled and their RMs trained", "stress: 3 hazard runs", "stress: 2 diagnostics"]
     for r in res["results"]:
         assert set(r["hazard"]) == set(FAMILIES) and all(np.isfinite(list(r["risk"].values())))
+        # stand-in runs shared (the default); with two batches each takes one run whole: exactly its own run
+        assert set(r["stand_in_run"]) == set(FAMILIES) and len(set(r["stand_in_run"].values())) == 1
     again = stress(task, rubrics, cfg, dcfg, tmp_path / "stress", say=lambda s: None)   # all from the cache
     assert json.dumps(again["results"]) == json.dumps(res["results"])
     # a kill between the stacked stage's writes: the stage is redone whole and gives the same bytes
