@@ -298,6 +298,8 @@ def shared_stand_in_runs(preps: list[dict]) -> tuple[list[dict], list[dict]]:
     its stand-in -- max over families of the distinct counts runs instead of one per RM. An RM whose six
     stand-ins are one run's takes that run whole: exactly the run diagnose() trains.
     Returns (runs: [{family: Rubric}], use: per prep {family: run index})."""
+    if not preps:
+        return [], []
     fams = list(preps[0]["rubrics"])
 
     def key(r: Rubric) -> bytes:

@@ -12,6 +12,8 @@ import dataclasses
 
 import numpy as np
 
+from .seeded_draws import seed_alone
+
 KINDS = ("rescale", "shuffle", "gamed_token", "invert")
 DESTROYING = ("shuffle", "invert")       # corruptions that leave the proxy no (or negative) information on a slice
 
@@ -112,7 +114,8 @@ def stress(audit, examples: int, n_resamples: int = 400) -> dict:
         results.append({"spec": spec, "flags": _flags(a2, a2.agreement(spearman=False, ci_method="percentile")), "verdicts": _verdicts(a2)})
 
     if examples > 0:
-        probe()
+        with seed_alone():      # the same corruptions for the same seed in any process (audit.seeded_draws)
+            probe()
     return judge(results, flags0, verdicts0)
 
 

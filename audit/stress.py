@@ -37,6 +37,7 @@ from .agreement import crowd_scale, rm_vs_labels
 from .corruption import Corruption, crowd_labels, policy_favourites, qa_sample, wrong_lut
 from .diagnostic import DiagnosticConfig, diagnose, diagnose_many, run_config as diagnostic_run_config
 from .hazard import hazard_labels
+from .seeded_draws import seed_alone
 from .stats import auroc
 from .recovery import sample_arrays, uniform_prompts
 from .train import reward_tables, table_reward
@@ -294,15 +295,13 @@ def corruption_specs(min_share: float = 0.4):
     return fams.flatmap(lambda fs: st.fixed_dictionaries({f: st.one_of(wrong, scaled) for f in fs}))
 
 
-def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, work: Path, say=print) -> dict:
-    """The clean batch, then `cfg.examples` corrupted batches drawn by hypothesis (seeded: the same examples for
-    the same seed). No assertion inside the property, so hypothesis never shrinks (each example trains an RM and
-    RL runs); the claim is judged on all examples together and the mildest missed batch is named from them."""
+def draw_specs(cfg: StressConfig) -> list[dict]:
+    """The clean batch's spec ({}) and cfg.examples corrupted ones, drawn by hypothesis from corruption_specs,
+    seeded by cfg.seed: the same list for the same seed in any process, whatever it has imported
+    (audit.seeded_draws).
+    No assertion inside the property, so hypothesis never shrinks."""
     from hypothesis import HealthCheck, Phase, example, given, seed, settings
 
-    work.mkdir(parents=True, exist_ok=True)
-    posteriors = {f: r.posterior for f, r in rubrics.items()}
-    rubric_file = work / "rubric_gain.json"
     specs = []
 
     @seed(cfg.seed)
@@ -315,7 +314,19 @@ def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, w
             return
         specs.append(spec)
 
-    probe()
+    with seed_alone():
+        probe()
+    return specs
+
+
+def stress(task, rubrics: dict, cfg: StressConfig, diag_cfg: DiagnosticConfig, work: Path, say=print) -> dict:
+    """The clean batch, then `cfg.examples` corrupted batches drawn by hypothesis (draw_specs: the same examples
+    for the same seed); each trains an RM and RL runs. The claim is judged on all examples together and the
+    mildest missed batch is named from them."""
+    work.mkdir(parents=True, exist_ok=True)
+    posteriors = {f: r.posterior for f, r in rubrics.items()}
+    rubric_file = work / "rubric_gain.json"
+    specs = draw_specs(cfg)
     if cfg.ray_address:
         from .stress_ray import run_on_ray
         run_on_ray(task, rubrics, specs, cfg, diag_cfg, work, say)

@@ -256,6 +256,7 @@ def test_shared_stand_in_runs_cover_every_family_stand_in():
     # it for dune alone and run 0 for the rest, family by family
     assert use[1] == {**use[0], "dune": 1} and use[2] == {**use[0], "ember": 1, "fjord": 1}
     assert use[3] == {**use[0], "dune": 2, "anvil": 1}
+    assert shared_stand_in_runs([]) == ([], [])
     one = shared_stand_in_runs(preps[:1])
     assert len(one[0]) == 1 and one[1] == [{f: 0 for f in FAMILIES}]
 
