@@ -47,7 +47,7 @@ from .train import reward_tables, table_reward
 class StressConfig:
     examples: int = 8               # corrupted batches drawn by hypothesis (besides one clean batch): 54
                                     # decisions (an exact 95% lower bound of 0.9 needs >= 50); ~29 s a batch on
-                                    # 2 cores, a cold make certify 343 s (docs/results.md, "Shared stand-in runs");
+                                    # 2 cores, a cold make certify 319-343 s (docs/results.md, "Shared stand-in runs");
                                     # --stress-examples N for another count; world.diagnosis_bench is the broad sweep
     crowd_per_family: int = 2000    # labelled rows per family in a batch, as the task's vendor labelled; with
                                     # 600 or 1,000 rows x 10 epochs RL could not use the RM even on a clean batch
