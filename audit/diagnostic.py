@@ -363,7 +363,7 @@ def _diagnose_shared(preps, policy_dir, prompts_file, cfg: DiagnosticConfig, rm_
     pol_rms = rm_runs if rm_runs is not None else pols[:len(preps)]
     pol_runs = pols[len(pols) - len(runs):]
     fams = list(preps[0]["rubrics"])
-    eval_prompts = preps[0]["eval_prompts"]
+    eval_prompts = preps[0]["eval_prompts"]     # _prepare draws the same ones for every RM (seed cfg.seed + 5)
     q_runs: dict[tuple, float] = {}
     out = []
     for prep, pol_rm, u in zip(preps, pol_rms, use):
