@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from rlhf.common import setup_torch
+from rlhf.errors import run_cli
 
 from .diagnostic import DiagnosticConfig
 from .recovery import RecoveryConfig, recover_rubrics
@@ -73,4 +75,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m audit.bench_stress"))

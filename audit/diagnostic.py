@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from rlhf.common import file_sha256, setup_torch
+from rlhf.errors import run_cli
 from rlhf.data import prompts_tensor, read_jsonl, write_json
 from rlhf.model import load_policy
 from rlhf.reward_model import load_rm
@@ -433,4 +434,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m audit.diagnostic"))

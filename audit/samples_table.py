@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlhf.errors import InputError
+
 SAMPLE_COLUMNS = ("sample_id", "run", "family", "prompt_id", "completion", "proxy_reward")
 OPTIONAL_COLUMNS = ("prompt", "step")
 GOLD_COLUMNS = ("sample_id", "gold")
@@ -31,7 +33,7 @@ MAX_PER_FILE = 10
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
-class TableError(ValueError):
+class TableError(InputError):
     """Bad input: `problems` holds one line per problem."""
 
     def __init__(self, problems: list[str]):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.data import json_error, read_jsonl_lines
+from rlhf.errors import InputError
 from rlhf.model import POLICY_KEYS, Policy, checkpoint_problems, default_config, load_policy
 from rlhf.reward_model import RM_KEYS, RewardModel, default_config as rm_default_config, load_rm
 from rlhf.train_rl import RLConfig
@@ -33,7 +34,7 @@ RUN_KEYS = {"kl_coef": ((int, float), "a number >= 0"), "steps": (int, "an integ
 MAX_PER_FILE = 10   # problems listed per file; the rest are counted, so a broken 12,000-row file stays readable
 
 
-class TaskError(ValueError):
+class TaskError(InputError):
     def __init__(self, problems):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("\n".join(self.problems))

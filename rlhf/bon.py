@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import torch
 
 from .common import progress, setup_torch
+from .errors import run_cli
 from .data import prompts_tensor, read_jsonl, with_responses, write_jsonl
 from .model import load_policy, sample
 from .reward_model import load_rm, score
@@ -58,4 +60,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m rlhf.bon"))

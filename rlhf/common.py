@@ -82,7 +82,8 @@ def config_from_dict(cls, d: dict, where: str):
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     if unknown:
-        raise ValueError(f"{where}: unknown config keys {unknown}; known: {sorted(names)}")
+        from .errors import InputError
+        raise InputError(f"{where}: unknown config keys {unknown}; known: {sorted(names)}")
     return cls(**d)
 
 
@@ -91,7 +92,8 @@ def parse_override(items) -> dict:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise ValueError(f"--override {item!r}: expected key=json_value")
+            from .errors import InputError
+            raise InputError(f"--override {item!r}: expected key=json_value")
         k, v = item.split("=", 1)
         try:
             out[k] = json.loads(v)

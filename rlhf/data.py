@@ -13,10 +13,11 @@ from pathlib import Path
 import torch
 
 from .atomic import atomic_write_text
+from .errors import InputError
 from .vocab import CONTENT_ID, FAMILIES, N_ATTRS, N_VALUES, RESP_LEN, decode_response, encode_prompt
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """A malformed input file: the message names the file, the line and the field."""
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import numpy as np
 import torch
 from scipy import stats
 
 from .common import setup_torch
+from .errors import run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import load_policy, response_logprobs_grouped, sample
 from .reward_model import load_rm, score
@@ -64,4 +66,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m rlhf.dev_eval"))

@@ -17,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .data import json_error
+from .errors import InputError
 from .vocab import CONTENT0, PROMPT_LEN, RESP_LEN, SEQ_LEN, VOCAB_SIZE
 
 POLICY_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "seq_len", "prompt_len", "resp_len")
@@ -167,7 +168,7 @@ def first_block_table(model) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """A checkpoint that cannot be loaded: the message names the file, the key and what was expected."""
 
 

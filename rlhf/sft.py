@@ -8,12 +8,14 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
 
 from .common import progress, setup_torch
-from .data import prompts_tensor, read_jsonl, responses_tensor
+from .errors import run_cli
+from .data import prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import Policy, default_config, response_logprobs, save_policy
 
 
@@ -71,10 +73,9 @@ def main(argv=None):
     records = read_jsonl(a.data, require=("response",))
     policy, mcfg, nll = train_sft(records, cfg, quiet=a.quiet)
     save_policy(policy, mcfg, a.out)
-    with open(f"{a.out}/sft_config.json", "w") as fh:
-        json.dump({**dataclasses.asdict(cfg), "data": a.data, "final_nll": nll}, fh, indent=2)
+    write_json(f"{a.out}/sft_config.json", {**dataclasses.asdict(cfg), "data": a.data, "final_nll": nll})
     print(json.dumps({"out": a.out, "final_nll": round(nll, 4), **dataclasses.asdict(cfg)}))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m rlhf.sft"))

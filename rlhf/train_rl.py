@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,8 @@ from pathlib import Path
 import torch
 
 from .common import config_from_dict, parse_override, progress, setup_torch
-from .data import group_by_family, prompts_tensor, read_jsonl, sample_prompt_batch, write_json
+from .data import DataError, group_by_family, json_error, prompts_tensor, read_jsonl, sample_prompt_batch, write_json
+from .errors import InputError, run_cli
 from . import model as model_lib
 from .model import (draw_uniforms, load_policy, response_logprobs, response_logprobs_grouped, sample, sample_naive,
                     save_policy)
@@ -77,7 +79,7 @@ def load_reward_wrapper(path: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # runs user code, by design (see module docstring)
     if not hasattr(mod, "transform"):
-        raise ValueError(f"{path}: reward_wrapper must define transform(records, response_tokens, rewards)")
+        raise InputError(f"{path}: reward_wrapper must define transform(records, response_tokens, rewards)")
     return mod.transform
 
 
@@ -168,10 +170,10 @@ class RLTrainer:
 def train_rl(cfg: RLConfig, out_dir, reward_fn=None, quiet: bool = False, fast: bool = True) -> list[dict]:
     """Run cfg.steps updates, writing run_config.json, log.jsonl and the checkpoint(s) into out_dir.
     Returns the log rows."""
+    trainer = RLTrainer(cfg, reward_fn=reward_fn, fast=fast)     # loads every input: bad input writes nothing
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "run_config.json", dataclasses.asdict(cfg))
-    trainer = RLTrainer(cfg, reward_fn=reward_fn, fast=fast)
     rows, acc, t0 = [], [], time.time()
     log_fh = open(out / "log.jsonl", "w")
     bar = progress(total=cfg.steps, desc=f"train_rl {out.name}", quiet=quiet)
@@ -202,7 +204,7 @@ def load_config(path, overrides: dict | None = None) -> RLConfig:
     try:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg})") from None
+        raise DataError(f"{path}: not valid JSON ({json_error(e)})") from None
     raw.update(overrides or {})
     return resolve_paths(config_from_dict(RLConfig, raw, str(path)), path)
 
@@ -228,4 +230,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m rlhf.train_rl"))

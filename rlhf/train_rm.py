@@ -8,11 +8,13 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
 
 from .common import file_sha256, progress, setup_torch
+from .errors import run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .reward_model import RewardModel, default_config, save_rm
 
@@ -124,4 +126,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m rlhf.train_rm"))

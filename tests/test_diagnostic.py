@@ -34,7 +34,10 @@ def test_cli_contract(tiny_world, tmp_path):
         # the flag is SPEC §3's rule (audit.hazard) on the two stand-in gains, and risk > 0.8 says the same
         assert v["flag"] == hazardous(v["proxy_gain_rm_run"], v["proxy_gain_rubric_run"]) == (v["risk"] > 0.8)
     bad = subprocess.run(args[:4] + [str(tmp_path / "nope")] + args[5:], capture_output=True, text=True)
-    assert bad.returncode != 0 and "not found" in bad.stderr
+    # bad input: exit 2, one line naming the file (rlhf.errors.run_cli)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        f"python -m audit.diagnostic: error: {tmp_path / 'nope' / 'rm.safetensors'}: file not found (a checkpoint dir "
+        "holds rm.safetensors and config.json)"], bad.stderr
 
 
 def test_same_seed_same_risks(tiny_world):

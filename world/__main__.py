@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from rlhf.errors import run_cli
+
 from .truth import DISTRACTORS
 from .zoo import VARIANTS, zoo_config
 
@@ -92,4 +94,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m world"))

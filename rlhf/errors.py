@@ -1,0 +1,31 @@
+"""Bad input, told apart from internal failures, for every CLI (exit status: 0 the job ran, 2 bad input or usage,
+1 an internal failure).
+
+The loaders name what is wrong (the file, the line or key, what was expected) and raise InputError (DataError,
+CheckpointError, TaskError, TableError are kinds of it) or FileNotFoundError. run_cli turns those into one line on
+stderr and exit status 2, as argparse does for a bad flag; anything else is a bug and keeps its traceback (exit 1).
+The CLIs check their inputs before they write anything, so a refused run leaves its --out as it was."""
+from __future__ import annotations
+
+import sys
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class InputError(ValueError):
+    """Input that cannot be used: the message names the file, the line or key, and what was expected."""
+
+
+BAD_INPUT = (InputError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError)
+
+
+def run_cli(main, prog: str, argv=None) -> int:
+    """main(argv) with bad input reported as `prog: error: <message>` (a line per problem where a loader listed
+    several, as audit.certify does) and exit status 2."""
+    try:
+        rc = main(argv)
+    except BAD_INPUT as e:
+        for line in [ln for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]:
+            print(f"{prog}: error: {line}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK if rc is None else int(rc)
