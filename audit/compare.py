@@ -6,7 +6,8 @@ its CI half-width (e.g. the same task audited on two machines, or under ATEN_CPU
 Decisions: the shipped source, CERTIFIED or not, families improved, each run's release-rule verdict, each
 family's RM flag and diagnostic flag. Estimates: the certified quality and each run's, overall and per family,
 with the larger of the two CI half-widths; a difference at or above it is reported as outside. Exit 0 when
-every decision agrees and every difference is inside its half-width, 1 otherwise, 2 on bad input.
+every decision agrees and every difference is inside its half-width, 3 when not (a finding, as audit.certify's
+3 is), 2 on bad input, 1 only for an internal failure.
 """
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from rlhf.atomic import atomic_write_text
+
+EXIT_DIFFERENT = 3      # the comparison ran and the answers differ: a finding, not a failure (exit 1)
 
 
 def _half(ci) -> float | None:
@@ -90,8 +95,8 @@ def main(argv=None) -> int:
         print(f"{r['estimate'][:42]:42s} {r['a']:8.4f} {r['b']:8.4f} {r['abs_diff']:8.4f} {half:>8s}{mark}")
     print(f"max |diff| {res['max_abs_diff']:.4f}; every difference inside its CI half-width: {res['all_inside']}")
     if args.json:
-        args.json.write_text(json.dumps(res, indent=1) + "\n")
-    return 0 if res["decisions_same"] and res["all_inside"] else 1
+        atomic_write_text(args.json, json.dumps(res, indent=1) + "\n")
+    return 0 if res["decisions_same"] and res["all_inside"] else EXIT_DIFFERENT
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def test_same_answer_agrees_and_a_flipped_verdict_or_a_far_estimate_does_not(tmp
     for name, doc in (("a", a), ("b", b)):
         (tmp_path / f"{name}.json").write_text(json.dumps(doc))
     assert main([str(tmp_path / "a.json"), str(tmp_path / "a.json")]) == 0
-    assert main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json", str(tmp_path / "c.json")]) == 1
+    assert main([str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json", str(tmp_path / "c.json")]) == 3
     assert "DIFFERENT  run kl002-s1500: passes: False vs True" in capsys.readouterr().out
     assert json.loads((tmp_path / "c.json").read_text())["decisions_same"] is False
     (tmp_path / "bad.json").write_text("{}")
