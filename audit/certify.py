@@ -29,9 +29,11 @@ import sys
 import time
 from pathlib import Path
 
+from rlhf.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
+
 ROOT = Path(__file__).resolve().parents[1]
 STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_NOT_CERTIFIED = 0, 1, 2, 3
+EXIT_NOT_CERTIFIED = 3        # with --fail-if-not-certified; 0, 1, 2 are every CLI's (rlhf.errors)
 
 
 try:

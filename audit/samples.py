@@ -22,11 +22,12 @@ import sys
 import time
 from pathlib import Path
 
+from rlhf.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
+
 from .certify import run_claims_and_render
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGING = ".staging"
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def refuse(lines, out: Path) -> int:

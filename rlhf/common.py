@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .errors import InputError
+
 
 def setup_torch(threads: int | None = None) -> None:
     """Two cores on these machines: use both for one process unless told otherwise (RLHF_THREADS). The thread
@@ -82,7 +84,6 @@ def config_from_dict(cls, d: dict, where: str):
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     if unknown:
-        from .errors import InputError
         raise InputError(f"{where}: unknown config keys {unknown}; known: {sorted(names)}")
     return cls(**d)
 
@@ -92,7 +93,6 @@ def parse_override(items) -> dict:
     out = {}
     for item in items or []:
         if "=" not in item:
-            from .errors import InputError
             raise InputError(f"--override {item!r}: expected key=json_value")
         k, v = item.split("=", 1)
         try:
