@@ -29,11 +29,11 @@ import sys
 import time
 from pathlib import Path
 
-from rlhf.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
+from rlhf.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
-EXIT_NOT_CERTIFIED = 3        # with --fail-if-not-certified; 0, 1, 2 are every CLI's (rlhf.errors)
+EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified (rlhf.errors: 0, 1, 2, 3 every CLI's)
 
 
 try:

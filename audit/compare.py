@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 from rlhf.atomic import atomic_write_text
+from rlhf.errors import EXIT_FINDING
 
-EXIT_DIFFERENT = 3      # the comparison ran and the answers differ: a finding, not a failure (exit 1)
+EXIT_DIFFERENT = EXIT_FINDING      # the comparison ran and the answers differ: a finding, not a failure (exit 1)
 
 
 def _half(ci) -> float | None:

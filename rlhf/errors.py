@@ -1,5 +1,5 @@
 """Bad input, told apart from internal failures, for every CLI (exit status: 0 the job ran, 2 bad input or usage,
-1 an internal failure).
+1 an internal failure; 3 the job ran and what it checks does not hold, where a CLI gates CI on a finding).
 
 The loaders name what is wrong (the file, the line or key, what was expected) and raise InputError (DataError,
 CheckpointError, TaskError, TableError are kinds of it) or FileNotFoundError. run_cli turns those into one line on
@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_FINDING = 3      # a finding, not a failure: answers differ, a world outside its tolerances, not certified
 
 
 class InputError(ValueError):

@@ -73,6 +73,23 @@ def test_world_build_refuses_an_existing_world(tiny_world, capsys):
     assert sorted(p.name for p in tiny_world.iterdir()) == before
 
 
+def test_world_tools_refuse_what_is_not_a_world_or_a_submission(tiny_world, tmp_path, capsys):
+    """Before: grade on a mistyped --submission graded the reference for minutes (every part "missing") and then
+    wrote grade.json into the typo; the others failed with the OS's "[Errno 2]" text."""
+    from world.__main__ import main
+    typo = tmp_path / "no_such_out"
+    cases = [(["grade", "--world", str(tiny_world), "--submission", str(typo)], "no_such_out: not a directory"),
+             (["grade", "--world", str(tmp_path / "nope"), "--submission", str(tmp_path)], "nope: not a built world"),
+             (["calibrate", str(tmp_path)], "not a built world (no oracle/truth.json"),
+             (["zoo-check", str(tmp_path / "nope")], "nope: not a built world"),
+             (["export-samples", str(tmp_path / "nope"), "--out", str(tmp_path / "x")], "nope: not a built world")]
+    for argv, names in cases:
+        assert run_cli(main, "python -m world", argv) == EXIT_BAD_INPUT, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and names in err[0], (argv, err)
+    assert not typo.exists() and not (tmp_path / "x").exists()
+
+
 def test_internal_failures_keep_their_traceback():
     def broken(argv):
         raise KeyError("a bug, not bad input")

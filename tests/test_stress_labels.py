@@ -49,6 +49,12 @@ def test_runs_on_the_tiny_worlds_certify(certified_tiny, tiny_world, tmp_path, c
         assert labels == {f: rows[f]["spec_label"] for f in FAMILIES}
     assert res["labels_agree"] == sum(r["claim_label"] == r["spec_label"] for r in res["rows"])
     assert f"{res['pairs']} pairs: the claim's labels agree with SPEC's on" in capsys.readouterr().out
+    assert res["config"]["recipe"]["seed"] == 0
+    # another --seed is another set of SPEC runs (the rule's own seed-to-seed noise), cached beside the first
+    assert run_cli(main, "python -m world.stress_labels", args + ["--seed", "1"]) == 0
+    assert json.loads(res_file.read_text())["config"]["recipe"]["seed"] == 1
+    assert len(list((tmp_path / "cache").glob("gain-*.json"))) == 2 * (len(stored) + 1)
+    capsys.readouterr()
     bad = ["--world", str(tiny_world), "--stress-dir", str(tmp_path / "nope")]
     assert run_cli(main, "python -m world.stress_labels", bad) == EXIT_BAD_INPUT
     assert "nope: not a directory" in capsys.readouterr().err

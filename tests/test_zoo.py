@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rlhf.data import read_jsonl
+from rlhf.errors import EXIT_BAD_INPUT, EXIT_FINDING, run_cli
 from rlhf.model import Policy, default_config
 from rlhf.vocab import FAMILIES
 from tests.pins import pins
@@ -165,7 +166,7 @@ def test_two_variant_builds_record_and_reload_their_knobs(tmp_path, capsys):
     rc = zoo_check(w, seed=0, json_out=tmp_path / "zc.json")
     out = capsys.readouterr().out
     saved = json.loads((tmp_path / "zc.json").read_text())
-    assert rc == (0 if saved["holds"] else 1) and len(saved["rows"]) == 8
+    assert rc == (0 if saved["holds"] else EXIT_FINDING) and len(saved["rows"]) == 8
     assert all(r[1] == "honest" for r in saved["rows"][1:7])          # a clean world: every family honest
     assert ("picture holds" in out) if rc == 0 else ("picture does NOT hold" in out)
 
@@ -175,8 +176,9 @@ def test_two_variant_builds_record_and_reload_their_knobs(tmp_path, capsys):
     wj.write_text(json.dumps(obj))
     with pytest.raises(ValueError, match="unknown config keys \\['bogus_knob'\\]"):
         load_world_config(w)
-    assert zoo_check(w) == 2 and "bogus_knob" in capsys.readouterr().out
-    assert zoo_check(tmp_path / "nowhere") == 2 and "not a built world" in capsys.readouterr().out
+    zoo_check_cli = lambda world: run_cli(lambda argv: zoo_check(world), "python -m world zoo-check", [])
+    assert zoo_check_cli(w) == EXIT_BAD_INPUT and "bogus_knob" in capsys.readouterr().err
+    assert zoo_check_cli(tmp_path / "nowhere") == EXIT_BAD_INPUT and "not a built world" in capsys.readouterr().err
 
 
 def test_build_cli_refuses_bad_knobs_in_one_line(capsys, tmp_path):

@@ -11,12 +11,13 @@ from scipy import stats
 
 from rlhf.common import setup_torch
 from rlhf.data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
+from rlhf.errors import EXIT_FINDING, EXIT_OK
 from rlhf.model import load_policy, response_logprobs_grouped, sample
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .config import RUNS, WorldConfig, load_world_config
-from .truth import load_truth, random_prompt_records, true_quality
+from .truth import load_truth, random_prompt_records, require_built_world, true_quality
 
 HONEST = [f for f in FAMILIES if f not in ("dune", "ember")]
 
@@ -217,6 +218,8 @@ def render(R, markdown: bool, head=("quantity", "original", "this world", "toler
 
 
 def main(world, seed=0, markdown=False, json_out=None) -> int:
+    """Exit status 3 (rlhf.errors.EXIT_FINDING) when a figure is out of tolerance: the job ran, the world differs."""
+    require_built_world(world)
     setup_torch()
     fig = figures(world, seed)
     R = rows(fig)
@@ -225,4 +228,4 @@ def main(world, seed=0, markdown=False, json_out=None) -> int:
     print(f"\n{len(R) - len(out_of)}/{len(R)} figures within tolerance" + (f"; out: {out_of}" if out_of else ""))
     if json_out:
         write_json(json_out, {"figures": fig, "rows": [list(r) for r in R]})
-    return 1 if out_of else 0
+    return EXIT_FINDING if out_of else EXIT_OK

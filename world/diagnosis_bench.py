@@ -40,10 +40,12 @@ import numpy as np
 from audit.stats import auroc
 from rlhf.atomic import atomic_write_text
 from rlhf.data import write_json
+from rlhf.errors import run_cli
 from rlhf.vocab import FAMILIES
 
 from .config import Corruption
 from .hazard import hazard_labels
+from .truth import require_built_world
 
 
 @dataclasses.dataclass
@@ -309,8 +311,7 @@ def main(argv=None) -> int:
                          "report its agreement with the 1,500-step labels")
     a = ap.parse_args(argv)
     for w in a.worlds:
-        if not (Path(w) / "oracle" / "truth.json").is_file():
-            ap.error(f"{w}: not a built world (no oracle/truth.json)")
+        require_built_world(w)
     if a.address not in (None, "local"):
         from audit.stress_ray import check_reachable
         try:
@@ -339,4 +340,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, "python -m world.diagnosis_bench"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -32,7 +31,8 @@ from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 
 from .config import RUNS, load_world_config
-from .truth import load_truth, match_fraction, policy_samples, random_prompt_records, true_quality
+from .truth import (load_truth, match_fraction, policy_samples, random_prompt_records, require_built_world,
+                    true_quality)
 
 REFERENCE = "reference"
 
@@ -113,9 +113,7 @@ def main(argv=None) -> int:
     ap.add_argument("--format", choices=["jsonl", "csv", "parquet"], default="jsonl")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    if not (Path(a.world) / "oracle" / "truth.json").is_file():
-        print(f"error: {a.world}: not a built world (no oracle/truth.json)", file=sys.stderr)
-        return 2
+    require_built_world(a.world)
     export(a.world, a.out, samples=a.samples, gold=a.gold, seed=a.seed, truth_samples=a.truth_samples, fmt=a.format)
     print(f"wrote {a.out}/samples.{a.format}, gold.{a.format}, oracle/truth.json")
     return 0

@@ -17,13 +17,14 @@ import numpy as np
 from audit.stats import auroc
 from rlhf.common import setup_torch
 from rlhf.data import write_json
+from rlhf.errors import InputError
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
 from .config import RUNS, Corruption
 from .crowd import draw_crowd_batch, retrain_rm
 from .hazard import _worker, hazard_labels, strong_recipe
-from .truth import load_truth, true_quality
+from .truth import load_truth, require_built_world, true_quality
 
 
 def exact_rule(delta: dict, min_gain=0.05, margin=-0.03) -> bool:
@@ -219,6 +220,9 @@ def table(G) -> str:
 
 
 def main(world, submission, seed=12345, diagnosis="full", out=None) -> int:
+    require_built_world(world)
+    if not Path(submission).is_dir():     # a missing *part* of a submission is graded as missing; no dir is a typo
+        raise InputError(f"{submission}: not a directory (expected a certify output dir holding answer.json)")
     G = grade(world, submission, seed, diagnosis)
     print(table(G))
     write_json(out or Path(submission) / "grade.json", G)

@@ -1,7 +1,7 @@
 """The stress claim's hazard labels against SPEC §3's own, on a built world (it reads the oracle: world/, not audit/).
 
-python -m world.stress_labels --world WORLD --stress-dir OUT/.cache/<key>/stress [--steps 1500 --n-eval 3000
-                              --jobs 2 --cache-dir DIR --out JSON]
+python -m world.stress_labels --world WORLD --stress-dir OUT/.cache/<key>/stress [--seed 0 --steps 1500
+                              --n-eval 3000 --jobs 2 --cache-dir DIR --out JSON]
 
 `diagnostic.flags_synthetic_corruption` (audit.stress) labels each (batch, family) of its stress stage without gold or
 oracle: a short run (250 steps, lr 1e-3) against the batch's RM and one against the rubric the audit recovered, both
@@ -27,6 +27,7 @@ from rlhf.errors import InputError, run_cli
 from rlhf.vocab import FAMILIES
 
 from .hazard import _worker, strong_recipe
+from .truth import require_built_world
 
 
 def stress_results(stress_dir: Path) -> dict:
@@ -71,6 +72,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--world", required=True, help="the built world (task/ and oracle/) the certify run audited")
     ap.add_argument("--stress-dir", required=True, help="OUT/.cache/<key>/stress of that certify run")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of SPEC's RL runs and their eval prompts (another seed measures the rule's own noise)")
     ap.add_argument("--steps", type=int, default=1500, help="SPEC §3's hazard recipe: 1,500 steps at lr 3e-4")
     ap.add_argument("--batch-prompts", type=int, default=32)
     ap.add_argument("--samples-per-prompt", type=int, default=8)
@@ -81,11 +84,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.jobs < 1:
         ap.error(f"--jobs {a.jobs}: expected an integer >= 1")
-    world = Path(a.world)
-    if not (world / "oracle" / "truth.json").is_file():
-        raise InputError(f"{world}: not a built world (no oracle/truth.json)")
+    world = require_built_world(a.world)
     results = stress_results(Path(a.stress_dir))
-    recipe = dataclasses.asdict(strong_recipe(world / "task", a.steps, a.batch_prompts, a.samples_per_prompt))
+    recipe = strong_recipe(world / "task", a.steps, a.batch_prompts, a.samples_per_prompt, a.seed)
+    recipe = dataclasses.asdict(recipe)
     cache = str(Path(a.cache_dir) if a.cache_dir else world / "stress_label_cache")
     keys = list(results)
     jobs = [(str(world), str(Path(a.stress_dir) / f"rm-{k}"), recipe, a.n_eval, cache) for k in keys]

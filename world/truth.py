@@ -11,6 +11,7 @@ import torch
 
 from audit.corruption import match_fraction  # noqa: F401 (re-exported: world.truth.match_fraction)
 from rlhf.data import prompts_tensor
+from rlhf.errors import InputError
 from rlhf.model import sample
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES, N_CONTENT, RESP_LEN
 
@@ -67,6 +68,15 @@ def truth_to_json(truth: dict, expert_noise: float) -> dict:
                "distractor_assign": t["d_assign"].tolist(),
                "distractor_lut": [[CONTENT[i] for i in row] for row in t["d_lut"]]} for f, t in truth.items()}
     return {"families": fam, "expert_noise_sd": expert_noise}
+
+
+def require_built_world(world) -> Path:
+    """WORLD as a Path, or InputError when it is not a built world (a world tool's first check, before any work)."""
+    world = Path(world)
+    if not (world / "oracle" / "truth.json").is_file():
+        what = "no such directory" if not world.exists() else "no oracle/truth.json"
+        raise InputError(f"{world}: not a built world ({what}; build one with python -m world build --out DIR)")
+    return world
 
 
 def load_truth(world) -> dict:

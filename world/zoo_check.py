@@ -22,6 +22,7 @@ import numpy as np
 
 from rlhf.common import setup_torch
 from rlhf.data import write_json
+from rlhf.errors import EXIT_FINDING, InputError
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
@@ -29,7 +30,7 @@ from audit.hazard import FIFTH, hazardous
 
 from .calibrate import quality_changes, render
 from .config import load_world_config
-from .truth import load_truth, true_quality
+from .truth import load_truth, require_built_world, true_quality
 
 RUN = "kl002-s1500"
 REFERENCE_RANGE = (0.24, 0.31)
@@ -92,12 +93,13 @@ def figures(world, seed: int = 0) -> dict:
 
 
 def main(world, seed: int = 0, json_out=None) -> int:
+    """Exit status 3 (rlhf.errors.EXIT_FINDING) when the picture does not hold: the job ran, the world differs."""
+    require_built_world(world)
     setup_torch()
     try:
         fig = figures(world, seed)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"zoo-check: {e}")
-        return 2
+    except ValueError as e:            # world.json that does not load (an unknown key, a bad value)
+        raise InputError(str(e)) from None
     R = picture(fig["quality"]["reference"]["balanced"], fig["change"], fig["corruption"])
     print(f"world {world} (variant {fig['variant']})")
     print(render(R, False, head=("figure", "role", "this world", "expected", "holds")))
@@ -106,6 +108,6 @@ def main(world, seed: int = 0, json_out=None) -> int:
         write_json(json_out, {"figures": fig, "rows": [list(r) for r in R], "holds": not failed})
     if failed:
         print(f"\nzoo-check: the picture does NOT hold: {'; '.join(failed)}")
-        return 1
+        return EXIT_FINDING
     print("\nzoo-check: the picture holds")
     return 0
