@@ -30,6 +30,9 @@ def test_uniform_regime_draws_uniform_wrong_tokens_with_random_count_rows():
     mild = [c for s in draw_specs(0, 30, "uniform-mild") for c in s.values()]
     assert {(c.kind, c.replacement, str(c.count_rows)) for c in mild} == {("wrong_rubric", "uniform", "random")}
     assert all(0.1 <= c.replaced_share <= 0.45 and 0 <= c.rho <= 0.12 for c in mild)
+    rescaled = [c for s in draw_specs(0, 30, "rescale") for c in s.values()]
+    assert {c.kind for c in rescaled} == {"scaled"} and all(1.3 <= c.scale <= 4.0 for c in rescaled)
+    assert len({c.replacement for c in rescaled}) == 3 and draw_specs(0, 30, "rescale")[0] == {}
     with pytest.raises(ValueError, match="regime"):
         draw_specs(0, 3, "policy")
 

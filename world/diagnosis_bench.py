@@ -20,7 +20,8 @@ after a change to the diagnostic only re-runs the diagnostic.
 
 --regime picks how batches are corrupted: "mixed" (default: everything above) or "uniform", the regime of a
 held-out generator the diagnostic did worst on (issue 18): wrong rubrics whose replaced entries are *uniformly*
-drawn tokens, count rows at random, in one or two families a batch. The summary reports every figure overall,
+drawn tokens, count rows at random, in one or two families a batch; "uniform-mild" the same at milder strength;
+"rescale" uniform rescales only, where a bystander was seen to collapse late. The summary reports every figure overall,
 per world, and per kind of family: corrupted, uncorrupted in a corrupted batch (where collateral hazards live),
 and families of clean batches.
 """
@@ -72,7 +73,7 @@ class BenchConfig:
                                                       "--eval-prompts-per-family", "60"))
 
 
-REGIMES = ("mixed", "uniform", "uniform-mild")
+REGIMES = ("mixed", "uniform", "uniform-mild", "rescale")
 
 
 def draw_specs(seed: int, n: int, regime: str = "mixed") -> list[dict]:
@@ -81,7 +82,9 @@ def draw_specs(seed: int, n: int, regime: str = "mixed") -> list[dict]:
     regime "uniform": wrong rubrics only, replaced entries drawn uniformly, count rows at random (rho, scale and
     replaced share drawn as in "mixed"). "uniform-mild": the same with a replaced share in [0.1, 0.45] and rho in
     [0, 0.12], so that batches leave families near the hazard line (where the held-out misses sat) instead of
-    collapsing every family."""
+    collapsing every family. "rescale": uniform rescales only (scale, replaced share and replacement tokens drawn as
+    in "mixed"): the kind of batch in which a bystander family was seen to rise and then collapse late in the
+    hazard run (docs/diagnostic.md, "a late collapse")."""
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {'|'.join(REGIMES)}, got {regime!r}")
     rng = np.random.default_rng(seed)
@@ -101,7 +104,7 @@ def draw_specs(seed: int, n: int, regime: str = "mixed") -> list[dict]:
         for f in fams:
             share = float(rng.uniform(0.4, 0.95))
             repl = str(rng.choice(["policy", "policy_sampled", "uniform"]))
-            if rng.random() < 0.35:
+            if regime == "rescale" or rng.random() < 0.35:
                 spec[str(f)] = Corruption("scaled", scale=float(rng.uniform(1.3, 4.0)), replaced_share=share,
                                           replacement=repl)
             else:
@@ -300,7 +303,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="JSON with every row and the summary")
     ap.add_argument("--regime", choices=REGIMES, default="mixed",
                     help="how batches are corrupted: mixed (every kind), uniform (uniform wrong tokens, count rows "
-                         "at random) or uniform-mild (the same, milder: families near the hazard line)")
+                         "at random), uniform-mild (the same, milder: families near the hazard line) or rescale "
+                         "(uniform rescales only: late collapses of bystanders)")
     ap.add_argument("--cache-dir", default=None,
                     help="cache RMs and hazard gains under DIR/<world name> (default: each world's bench_cache/)")
     ap.add_argument("--diagnostic-arg", action="append", default=[], metavar="ARG",
