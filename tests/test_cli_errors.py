@@ -87,6 +87,13 @@ def test_world_tools_refuse_what_is_not_a_world_or_a_submission(tiny_world, tmp_
         assert run_cli(main, "python -m world", argv) == EXIT_BAD_INPUT, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and names in err[0], (argv, err)
+    import importlib
+    nope = str(tmp_path / "nope")
+    for module, argv in [("world.decompose", [nope]), ("world.fidelity", [nope]), ("world.replay", [nope, str(typo)]),
+                         ("world.reward_ablation", [nope]), ("world.samples_coverage", [nope])]:
+        assert run_cli(importlib.import_module(module).main, f"python -m {module}", argv) == EXIT_BAD_INPUT, module
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "nope: not a built world" in err[0], (module, err)
     assert not typo.exists() and not (tmp_path / "x").exists()
 
 

@@ -17,12 +17,14 @@ audit. Figures in docs/calibration.md.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from rlhf.common import setup_torch
 from rlhf.data import labels_tensor, read_jsonl, responses_tensor, write_json
+from rlhf.errors import run_cli
 from rlhf.reward_model import load_rm
 from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT0, FAMILIES
@@ -30,7 +32,7 @@ from rlhf.vocab import CONTENT0, FAMILIES
 from .calibrate import pearson, rm_agreement, rm_scores
 from .config import Corruption, load_world_config
 from audit.corruption import count_row_mask, policy_favourites, wrong_lut
-from .truth import load_truth, match_fraction
+from .truth import load_truth, match_fraction, require_built_world
 
 REPLACED_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -151,8 +153,12 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="also write the figures as JSON here")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
+    require_built_world(a.world)
+    try:
+        seeds = [int(x) for x in a.rm_seeds.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--rm-seeds {a.rm_seeds!r}: expected comma-separated integers")
     setup_torch()
-    seeds = [int(x) for x in a.rm_seeds.split(",") if x.strip()]
     res = decompose(a.world, seeds, quiet=a.quiet)
     print(render(res))
     if a.json:
@@ -160,4 +166,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m world.decompose"))

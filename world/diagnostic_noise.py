@@ -22,6 +22,7 @@ from audit import diagnostic as D
 from audit.recovery import uniform_prompts
 from rlhf.common import setup_torch
 from rlhf.data import read_jsonl, write_json
+from rlhf.errors import run_cli
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
@@ -107,4 +108,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, "python -m world.diagnostic_noise"))

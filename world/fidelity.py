@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from rlhf.common import setup_torch
 from rlhf.data import labels_tensor, read_jsonl
+from rlhf.errors import run_cli
 from rlhf.reward_model import load_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import pearson, rm_scores
 from .config import Corruption, preset
 from .crowd import draw_crowd_batch, retrain_rm
+from .truth import require_built_world
 
 
 def _pearson(x, y) -> float:
@@ -57,9 +60,10 @@ def main(argv=None):
     ap.add_argument("world", type=Path)
     ap.add_argument("--seed", type=int, default=7, help="seed of the crowd batch")
     a = ap.parse_args(argv)
+    require_built_world(a.world)
     setup_torch()
     print(json.dumps(fidelity(a.world, a.seed), indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m world.fidelity"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from rlhf.common import setup_torch
 from rlhf.data import read_jsonl, write_json
+from rlhf.errors import run_cli
 from rlhf.model import load_policy
 from rlhf.reward_model import save_rm
 from rlhf.train_rl import train_rl
@@ -33,7 +35,7 @@ from .calibrate import rm_agreement
 from .config import Corruption, load_world_config
 from .crowd import crowd_batch, qa_sample
 from .hazard import strong_recipe
-from .truth import load_truth, true_quality
+from .truth import load_truth, require_built_world, true_quality
 
 
 def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: bool = True,
@@ -84,14 +86,15 @@ def main(argv=None):
     ap.add_argument("--no-rl", action="store_true")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
-    setup_torch()
+    require_built_world(a.world)
     try:
         corruption = json.loads(a.corruption)
     except json.JSONDecodeError as e:
-        raise SystemExit(f"--corruption: not valid JSON ({e.msg})")
+        ap.error(f"--corruption: not valid JSON ({e.msg})")
+    setup_torch()
     print(json.dumps(replay(a.world, a.out, corruption, a.seed, rl=not a.no_rl, quiet=a.quiet,
                                    rm_epochs=a.rm_epochs), indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m world.replay"))

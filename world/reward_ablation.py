@@ -23,11 +23,12 @@ from pathlib import Path
 import torch
 
 from rlhf.common import setup_torch
+from rlhf.errors import run_cli
 from rlhf.reward_model import load_rm, score
 from rlhf.train_rl import RLTrainer
 from rlhf.vocab import FAMILIES
 
-from .truth import load_truth, true_quality
+from .truth import load_truth, require_built_world, true_quality
 
 REWARDS = ("rubric", "rm", "hybrid")
 
@@ -84,9 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-eval", type=int, default=3000, help="fresh prompts a family for the exact quality")
     ap.add_argument("--out", default=None, help="JSON with every row")
     a = ap.parse_args(argv)
-    world = Path(a.world)
-    if not (world / "oracle" / "truth.json").is_file():
-        ap.error(f"{world}: not a built world (no oracle/truth.json)")
+    world = require_built_world(a.world)
     kinds = [k for k in a.rewards.split(",") if k]
     fams = {f for f in a.rm_families.split(",") if f}
     if bad := [k for k in kinds if k not in REWARDS] + sorted(fams - set(FAMILIES)):
@@ -106,4 +105,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main, "python -m world.reward_ablation"))

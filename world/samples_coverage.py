@@ -26,9 +26,11 @@ import numpy as np
 
 from audit.samples_audit import SamplesAudit, SamplesConfig
 from audit.samples_table import DesignConfig, load
+from rlhf.errors import run_cli
 
 from .export_samples import export
 from .grade import exact_rule
+from .truth import require_built_world
 
 
 def _within(ci, v) -> bool:
@@ -145,6 +147,8 @@ def main(argv=None) -> int:
     t0 = time.time()
     per_budget = {g: [] for g in budgets}
     seeds = [int(x) for x in a.seeds.split(",")]
+    for w in a.worlds:
+        require_built_world(w)
     for w, seed in [(Path(w), s) for w in a.worlds for s in seeds]:
         cache = Path(a.cache) if a.cache else Path("/tmp") / "samples_export"
         exp = cache / f"{w.name}-n{a.samples}-g{budgets[0]}-t{a.truth_samples}-s{seed}"
@@ -176,4 +180,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, "python -m world.samples_coverage"))

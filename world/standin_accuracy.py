@@ -30,6 +30,7 @@ from audit.recovery import uniform_prompts
 from audit.rubric import fit_rubric
 from rlhf.common import setup_torch
 from rlhf.data import DataError, prompts_tensor, read_jsonl, write_json
+from rlhf.errors import run_cli
 from rlhf.model import CheckpointError, load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0
@@ -126,4 +127,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, "python -m world.standin_accuracy"))
