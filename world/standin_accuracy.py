@@ -35,7 +35,7 @@ from rlhf.model import CheckpointError, load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0
 
-from .truth import load_truth, rubric_tokens
+from .truth import load_truth, require_built_world, rubric_tokens
 
 
 def token_accuracy(assign, lut, true_assign, true_lut, attrs: np.ndarray) -> float:
@@ -93,13 +93,13 @@ def main(argv=None) -> int:
     ap.add_argument("--diagnostic-arg", action="append", default=[], help="a DiagnosticConfig flag, as the CLI's")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    world = Path(a.world)
+    world = require_built_world(a.world)
     try:
         seeds = [int(s) for s in a.seeds.split(",")]
     except ValueError:
         ap.error(f"--seeds {a.seeds!r}: expected comma-separated integers")
     dirs = [Path(p) for p in a.rm_dirs.split(",") if p]
-    for p in [world / "oracle" / "truth.json", world / "task" / "policy" / "config.json",
+    for p in [world / "task" / "policy" / "config.json",
               *(d / n for d in dirs for n in ("rm.safetensors", "train.jsonl"))]:
         if not p.is_file():
             ap.error(f"{p}: file not found")
