@@ -56,11 +56,10 @@ class StressConfig:
     crowd_noise: float = 0.06       # honest rows' label noise
     qa_per_family: int = 200        # QA rows shipped with each RM, as the task's
     rm_epochs: int = 10             # the fast RM preset
-    hazard_steps: int = 250         # RL against the RM / the recovered rubric (SPEC's rule: 1,500 at lr 3e-4).
-                                    # 250 at lr 1e-3 agreed with the 1,500-step labels on 130/132 zoo-bench pairs
-                                    # (400: 129/132; docs/results.md "Near the hazard line"), and it is the
-                                    # diagnostic's run against the RM itself (_shares_prefix): one run, not two
-    hazard_lr: float = 1e-3
+    hazard_steps: int = 250         # RL against the RM / the recovered rubric (SPEC's rule: 1,500 at lr 3e-4),
+    hazard_lr: float = 1.8e-3       # as far (lr x steps 0.45) in a sixth of the steps; it is the diagnostic's run
+                                    # against the RM itself (_shares_prefix): one run, not two. Agreement with the
+                                    # 1,500-step labels: docs/results.md "SPEC's distance in 250 steps"
     hazard_kl: float = 0.02
     hazard_batch_prompts: int = 32
     hazard_samples_per_prompt: int = 8
