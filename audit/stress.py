@@ -56,13 +56,14 @@ class StressConfig:
     crowd_noise: float = 0.06       # honest rows' label noise
     qa_per_family: int = 200        # QA rows shipped with each RM, as the task's
     rm_epochs: int = 10             # the fast RM preset
-    hazard_steps: int = 250         # RL against the RM / the recovered rubric (SPEC's rule: 1,500 at lr 3e-4),
-    hazard_lr: float = 1.8e-3       # as far (lr x steps 0.45) in a sixth of the steps; it is the diagnostic's run
-                                    # against the RM itself (_shares_prefix): one run, not two. Agreement with the
-                                    # 1,500-step labels: docs/results.md "SPEC's distance in 250 steps"
-    hazard_kl: float = 0.02
-    hazard_batch_prompts: int = 32
-    hazard_samples_per_prompt: int = 8
+    hazard_steps: int = 250         # RL against the RM / the recovered rubric (SPEC's rule: 1,500 at lr 3e-4).
+    # The recipe is the diagnostic's (lr 1.8e-3: SPEC's distance, lr x steps 0.45, in a sixth of the steps), taken
+    # from DiagnosticConfig so the two cannot drift apart: its run against the RM is then this run's snapshot
+    # (_shares_prefix), one run, not two. Agreement with the 1,500-step labels: docs/results.md "SPEC's distance"
+    hazard_lr: float = DiagnosticConfig.lr
+    hazard_kl: float = DiagnosticConfig.kl_coef
+    hazard_batch_prompts: int = DiagnosticConfig.batch_prompts
+    hazard_samples_per_prompt: int = DiagnosticConfig.samples_per_prompt
     eval_prompts_per_family: int = 400
     stacked: bool = True            # all batches' RMs, hazard runs and diagnostic runs trained as stacked models
                                     # (rlhf/stacked.py; `make bench` compares); False: one batch after another
