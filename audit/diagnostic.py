@@ -48,9 +48,10 @@ from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
 class DiagnosticConfig:
     steps: int = 250
     kl_coef: float = 0.02
-    lr: float = 1.8e-3               # SPEC's optimisation distance in 250 steps: lr x steps 0.45, as its 1,500 at
-                                     # 3e-4 (1e-3 went half as far and missed late collapses: docs/results.md,
-                                     # "SPEC's distance in 250 steps"); with another --steps, scale --lr to keep 0.45
+    lr: float = 1e-3                 # larger than the shipped 3e-4: a short run has to travel far. 1.8e-3 (SPEC's
+                                     # distance, lr x steps 0.45) catches late collapses but false-flags more near the
+                                     # line: no better overall on 180 fresh bench pairs (docs/results.md, "SPEC's
+                                     # distance in 250 steps"); --lr 1.8e-3 for RMs that may collapse families late
     batch_prompts: int = 32
     samples_per_prompt: int = 8
     prior_samples_per_family: int = 4000

@@ -57,9 +57,10 @@ class StressConfig:
     qa_per_family: int = 200        # QA rows shipped with each RM, as the task's
     rm_epochs: int = 10             # the fast RM preset
     hazard_steps: int = 250         # RL against the RM / the recovered rubric (SPEC's rule: 1,500 at lr 3e-4).
-    # The recipe is the diagnostic's (lr 1.8e-3: SPEC's distance, lr x steps 0.45, in a sixth of the steps), taken
-    # from DiagnosticConfig so the two cannot drift apart: its run against the RM is then this run's snapshot
-    # (_shares_prefix), one run, not two. Agreement with the 1,500-step labels: docs/results.md "SPEC's distance"
+    # The recipe is the diagnostic's, taken from DiagnosticConfig so the two cannot drift apart: its run against
+    # the RM is then this run's snapshot (_shares_prefix), one run, not two. 250 at lr 1e-3 agreed with the
+    # 1,500-step labels on 130/132 zoo-bench pairs (docs/results.md "Near the hazard line"; at 1.8e-3 and on
+    # later benches: "SPEC's distance in 250 steps")
     hazard_lr: float = DiagnosticConfig.lr
     hazard_kl: float = DiagnosticConfig.kl_coef
     hazard_batch_prompts: int = DiagnosticConfig.batch_prompts

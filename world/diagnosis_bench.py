@@ -311,7 +311,7 @@ def main(argv=None) -> int:
                     help="an extra argument for python -m audit.diagnostic (repeat: --diagnostic-arg=--steps "
                          "--diagnostic-arg=400)")
     ap.add_argument("--alt-label", default=None, metavar="STEPS,LR",
-                    help="also label every pair by a shorter hazard recipe (e.g. 250,1.8e-3: the stress claim's) and "
+                    help="also label every pair by a shorter hazard recipe (e.g. 250,1e-3: the stress claim's) and "
                          "report its agreement with the 1,500-step labels")
     a = ap.parse_args(argv)
     for w in a.worlds:

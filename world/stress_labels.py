@@ -4,9 +4,9 @@ python -m world.stress_labels --world WORLD --stress-dir OUT/.cache/<key>/stress
                               --n-eval 3000 --jobs 2 --cache-dir DIR --out JSON]
 
 `diagnostic.flags_synthetic_corruption` (audit.stress) labels each (batch, family) of its stress stage without gold or
-oracle: a short run (StressConfig: 250 steps at lr 1.8e-3; 1e-3 before 2026-12-05) against the batch's RM and one
-against the rubric the audit recovered, both scored with the recovered rubric's posterior. SPEC §3's rule is 1,500
-steps at lr 3e-4, scored with the true rubric.
+oracle: a short run (StressConfig: 250 steps at lr 1e-3) against the batch's RM and one against the rubric the
+audit recovered, both scored with the recovered rubric's posterior. SPEC §3's rule is 1,500 steps at lr 3e-4, scored
+with the true rubric.
 This runs SPEC's recipe (world.hazard.strong_recipe) on every RM a certify run's stress stage cached, and once against
 the true rubric, labels each pair by the one rule (audit.hazard.hazard_labels), and reports how many of the claim's
 labels agree and the diagnostic's flag accuracy against both sets of labels. The 1,500-step gains are cached
