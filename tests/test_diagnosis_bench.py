@@ -77,6 +77,9 @@ def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     assert all(isinstance(row["hazard_alt"], bool) and np.isfinite(row["rm_gain_alt"]) for row in res["rows"])
     agree = np.mean([row["hazard_alt"] == row["hazard"] for row in res["rows"]])
     assert res["summary"]["all"]["alt_label_agreement"] == agree and "agree with the hazard labels" in r.stdout
+    diag_agree = np.mean([row["flag"] == row["hazard_alt"] for row in res["rows"]])
+    assert res["summary"]["all"]["diagnostic_alt_agreement"] == diag_agree
+    assert "the diagnostic's flags agree with the shorter recipe's labels" in r.stdout
     assert res["config"]["alt_label"] == [10, 0.002]
     assert list((tmp_path / "cache" / tiny_world.name).glob("rm-*/rm.safetensors"))   # caches where told
     assert "[bench] 2/2 RMs trained" in r.stderr                      # progress on long sweeps
