@@ -60,8 +60,7 @@ class DiagnosticConfig:
                                      # SPEC's 1,500-step labels are the horizon's, not the stand-in's: the true rubric
                                      # in the same 250 steps is no more right (docs/results.md). 1.8e-3 (SPEC's
                                      # distance in 250 steps) catches late collapses but false-flags more near the
-                                     # line; 750 steps at 6e-4 misses 4 of 276 bench pairs against 13 (false flags 6
-                                     # against 4), at 3x the RL
+                                     # line; the 750-step setting and its figures: _LONG
     batch_prompts: int = 32
     samples_per_prompt: int = 8
     prior_samples_per_family: int = 4000
