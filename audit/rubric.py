@@ -353,8 +353,11 @@ def bootstrap_rubrics(attrs, resp, labels, *, n_boot: int = 50, seed: int = 0, w
 
 
 def _corr(a, b) -> float:
-    r = float(_pearson(np.asarray(a, float), np.asarray(b, float)))
-    return 0.0 if not np.isfinite(r) else r     # constant predictions or labels: no association to report
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if np.ptp(a) == 0 or np.ptp(b) == 0:        # constant predictions or labels: no association to report (the
+        return 0.0                              # formula would give nan, or +-1e-17 from the mean's rounding)
+    r = float(_pearson(a, b))
+    return 0.0 if not np.isfinite(r) else r
 
 
 def cross_validate(attrs, resp, labels, *, k: int = 5, seed: int = 0, weights=None, prior_logp=None,

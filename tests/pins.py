@@ -13,7 +13,8 @@ deliberate change to the generator).
   which round differently on other CPUs (AVX2 vs AVX-512 vs ATEN_CPU_CAPABILITY=default), so a sampled token
   flips wherever two perturbed logits tie within that rounding. These are compared by meaning: the share of
   tokens equal to the pinned ones, and exact labels wherever a row's tokens are equal (a label is a function of
-  the tokens and of seed-only noise, rounded to 5 decimals).
+  the tokens and of seed-only noise, rounded to 5 decimals) -- except a wrong-rubric family's crowd rows where its
+  wrong LUT moved, since those labels score the tokens against that LUT.
 """
 from __future__ import annotations
 

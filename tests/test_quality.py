@@ -48,9 +48,14 @@ def test_estimates_and_intervals(est, method):
 
 
 def test_a_policy_against_itself_changes_nothing(est):
+    """Under another name (so nothing is read back from the cache): the same prompts, the same sampling draws and
+    the same rubric draws on both sides, so the paired delta is exactly 0; another policy's is not."""
     e, pol = est
-    q = e.estimate("p", pol, reference=("p", pol), method="posterior")
+    q = e.estimate("p", pol, reference=("p-again", pol), method="posterior")
     assert q["delta"] == 0.0 and q["delta_ci95"] == [0.0, 0.0]
+    torch.manual_seed(1)
+    other = e.estimate("other", Policy().eval(), reference=("p", pol), method="posterior")
+    assert other["delta"] != 0.0 and other["delta_ci95"][0] < other["delta_ci95"][1]
 
 
 def test_unknown_method_is_refused(est):

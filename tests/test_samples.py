@@ -155,9 +155,13 @@ def test_flags_gamed_family_and_stress():
     assert ag["f1"]["scale"]["ratio"] is None       # one agreeing family to compare with (f3 is gamed): no verdict
     res = stress(a, 6, n_resamples=300)
     assert res["examples"] == 6 and set(res["kinds"]) <= {"rescale", "shuffle", "gamed_token", "invert"}
-    flag = res["claims"]["flag (either)"]
     assert res["claims"]["proxy.agrees_with_gold"]["false_alarm_rate"] in (None, 0.0) and res["claims"]["run.passes_release_rule"]["n"] > 0
     assert res == stress(a, 6, n_resamples=300)      # seeded: the same draws
+    # on a table where every family agrees, the same draws: rescales (x3, x0.18) and the inversion are caught, no
+    # untouched family is flagged (a gamed token on a share of rows is mostly not, at 40 gold rows a family)
+    flag = stress(SamplesAudit(clean, "reference", a.cfg), 6, n_resamples=300)["claims"]["flag (either)"]
+    assert flag["detection_by_kind"]["rescale"] == 1.0 and flag["detection_by_kind"]["invert"] == 1.0
+    assert flag["false_alarm_rate"] == 0.0
 
 
 @pytest.mark.slow

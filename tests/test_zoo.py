@@ -36,18 +36,22 @@ def test_default_tiny_build_draws_what_it_drew_before_the_zoo(tiny_world):
     for key in ("seed_only_sha256", "gold_keys_sha256", "crowd_keys_sha256", "qa_ids_sha256",
                 "corruption_params_sha256"):
         assert got[key] == want[key], key
+    lut_now, lut_pinned = got["wrong_lut"], want["wrong_lut"]
+    # a wrong-rubric family's crowd labels score tokens against its wrong LUT, itself drawn through the policy: where
+    # another CPU moved one of its entries (allowed below), equal tokens may carry another label
+    lut_moved = {f for f, v in lut_pinned.items() if v != lut_now.get(f)}
+    family = {r["id"]: r["family"] for f in ("task/data/gold_calib.jsonl", "oracle/crowd_full.jsonl")
+              for r in read_jsonl(tiny_world / f)}
     for name in ("gold", "crowd"):
         rows_now, rows_pinned = got[f"{name}_rows"], want[f"{name}_rows"]
         assert rows_now.keys() == rows_pinned.keys()
-        same_tokens = same_rows = 0
+        same_tokens = 0
         for rid, (resp, label) in rows_pinned.items():
             now_resp, now_label = rows_now[rid]
             same_tokens += sum(a == b for a, b in zip(resp, now_resp))
-            if now_resp == resp:
-                same_rows += 1
+            if now_resp == resp and not (name == "crowd" and family[rid] in lut_moved):
                 assert now_label == label, (name, rid)      # tokens + seed-only noise: the same float ops
         assert same_tokens / (8 * len(rows_pinned)) >= MIN_TOKEN_AGREEMENT, (name, same_tokens)
-    lut_now, lut_pinned = got["wrong_lut"], want["wrong_lut"]
     assert {f for f, v in lut_now.items() if v} == {f for f, v in lut_pinned.items() if v}
     entries = [(a == b) for f, v in lut_pinned.items() if v for ra, rb in zip(v, lut_now[f]) for a, b in zip(ra, rb)]
     # an entry is the token the policy produced most often among ~40 samples: a flipped sample can move a tie
