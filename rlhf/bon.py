@@ -10,7 +10,8 @@ import sys
 
 import torch
 
-from .common import progress, setup_torch
+from .atomic import check_out_file
+from .common import positive_float, positive_int, progress, seed_arg, setup_torch
 from .errors import run_cli
 from .data import prompts_tensor, read_jsonl, with_responses, write_jsonl
 from .model import load_policy, sample
@@ -36,17 +37,16 @@ def best_of_n(policy, rm, records, n: int, generator, temperature: float = 1.0, 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m rlhf.bon", description=__doc__.splitlines()[0])
     ap.add_argument("--policy", required=True)
-    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--n", type=positive_int, default=16)
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--reward-model", required=True)
-    ap.add_argument("--limit", type=int, default=None, help="use only the first LIMIT prompts")
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--limit", type=positive_int, default=None, help="use only the first LIMIT prompts")
+    ap.add_argument("--temperature", type=positive_float, default=1.0)
     ap.add_argument("--out", required=True, help="jsonl of the chosen responses with their proxy reward")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
-    if a.n < 1:
-        ap.error("--n must be >= 1")
+    check_out_file(a.out, "the jsonl output (--out)")
     setup_torch()
     policy, _ = load_policy(a.policy)
     rm, _ = load_rm(a.reward_model)

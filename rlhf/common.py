@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import os
 from pathlib import Path
 
@@ -162,7 +163,8 @@ def check_fields(cfg, where: str, rules: dict) -> None:
         if v is None:
             continue
         want_int = check in _INTEGER_CHECKS
-        if isinstance(v, bool) or not isinstance(v, int if want_int else (int, float)):
+        # numbers.Integral / numbers.Real: numpy's integers and floats too (never bool, nor numpy's bool_)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral if want_int else numbers.Real):
             bad.append(f"key {name!r}: expected {'an integer' if want_int else 'a number'}, got {v!r}")
             continue
         try:

@@ -109,10 +109,11 @@ def read_jsonl_lines(path, require: tuple[str, ...] = (), on_error=None, unique_
     return out
 
 
-def read_jsonl(path, require: tuple[str, ...] = ()) -> list[dict]:
+def read_jsonl(path, require: tuple[str, ...] = (), unique_ids: bool = False) -> list[dict]:
     """Read and validate a jsonl file of prompt or labelled records (the first problem raises DataError, naming
-    the file, the line and the field). `require` names fields every row must have."""
-    return [rec for _, rec in read_jsonl_lines(path, require)]
+    the file, the line and the field). `require` names fields every row must have; `unique_ids`: a repeated
+    "id" is a problem too (as the audit's task loader has it for training and labelled data)."""
+    return [rec for _, rec in read_jsonl_lines(path, require, unique_ids=unique_ids)]
 
 
 def write_jsonl(path, records) -> None:

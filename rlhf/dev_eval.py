@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
 import torch
 from scipy import stats
 
-from .common import setup_torch
+from .atomic import check_out_file
+from .common import positive_int, seed_arg, setup_torch
 from .errors import run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import load_policy, response_logprobs_grouped, sample
@@ -37,7 +39,10 @@ def dev_eval(policy, ref, rm, prompts_records, gold_records, n: int, generator, 
            "kl_mean": float(kl.mean())}
     if gold_records:
         rm_gold = score(rm, prompts_tensor(gold_records), responses_tensor(gold_records)).numpy()
-        out["rm_gold_pearson"] = float(stats.pearsonr(rm_gold, labels_tensor(gold_records).numpy())[0])
+        labels = labels_tensor(gold_records).numpy()
+        r = float(stats.pearsonr(rm_gold, labels)[0]) if len(gold_records) >= 2 and labels.std() > 0 \
+            and rm_gold.std() > 0 else math.nan
+        out["rm_gold_pearson"] = r if math.isfinite(r) else None     # undefined (constant scores or labels): null
     return out
 
 
@@ -48,10 +53,12 @@ def main(argv=None):
     ap.add_argument("--reward-model", required=True)
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--gold", default=None)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n", type=positive_int, default=4)
+    ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    if a.out:
+        check_out_file(a.out, "the JSON output (--out)")
     setup_torch()
     policy, _ = load_policy(a.policy)
     ref, _ = load_policy(a.policy_ref)
@@ -60,6 +67,9 @@ def main(argv=None):
     gold = read_jsonl(a.gold, require=("response", "label")) if a.gold else []
     res = {"policy": a.policy, "prompts": a.prompts, "seed": a.seed,
            **dev_eval(policy, ref, rm, prompts, gold, a.n, torch.Generator().manual_seed(a.seed))}
+    bad = [k for k, v in res.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:     # the checkpoints are finite (their loaders check): an overflow, never written as invalid JSON
+        raise RuntimeError(f"dev_eval: {bad} came out NaN or inf; nothing was written")
     print(json.dumps(res, indent=2))
     if a.out:
         write_json(a.out, res)

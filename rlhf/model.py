@@ -195,15 +195,43 @@ def _config_problems(cfg, keys, where: str, defaults: dict) -> list[str]:
     return out
 
 
+def _not_a_file(p: Path, weights: str) -> str | None:
+    """Why checkpoint file `p` cannot be read as one ('file not found', 'is a directory', ...), or None."""
+    if p.is_file():
+        return None
+    holds = f"a checkpoint dir holds {weights} and config.json"
+    if p.parent.exists() and not p.parent.is_dir():
+        return f"{p.parent}: is a file, not a checkpoint directory ({holds})"
+    if p.is_dir():
+        return f"{p}: is a directory, not a file ({holds})"
+    if p.exists():
+        return f"{p}: is not a regular file ({holds})"
+    return f"{p}: file not found ({holds})"
+
+
+def _nonfinite_problem(w_path: Path) -> str | None:
+    """A line naming the tensors of a readable safetensors file that hold NaN or inf, or None. Loads them (a
+    checkpoint here is well under a megabyte: milliseconds)."""
+    try:
+        with safe_open(str(w_path), framework="pt") as fh:
+            bad = [k for k in fh.keys() if not bool(torch.isfinite(fh.get_tensor(k)).all())]
+    except (SafetensorError, OSError) as e:
+        return f"{w_path}: not a valid safetensors file ({e})"
+    if not bad:
+        return None
+    also = f" (also {', '.join(map(repr, bad[1:4]))}{', ...' if len(bad) > 4 else ''})" if len(bad) > 1 else ""
+    return f"{w_path}: tensor {bad[0]!r} holds NaN or inf values{also}; expected finite weights"
+
+
 def checkpoint_problems(cls, directory, weights: str, keys, defaults: dict) -> list[str]:
-    """Every problem of a checkpoint dir, each naming its file, found without loading a tensor: both files
-    present, config.json a JSON object with every key of `keys` (positive integers, this vocabulary and
-    sequence lengths), the safetensors header readable and covering the whole file (a truncated file is caught
-    here), and its keys, shapes and dtypes those of `cls` built from config.json."""
+    """Every problem of a checkpoint dir, each naming its file: both files present (a directory or a missing
+    file is said to be what it is), config.json a JSON object with every key of `keys` (positive integers, this
+    vocabulary and sequence lengths), the safetensors header readable and covering the whole file (a truncated
+    file is caught here), its keys, shapes and dtypes those of `cls` built from config.json, and every tensor
+    finite (a NaN or inf weight would only show later, as NaN rewards or a policy that emits one token)."""
     directory = Path(directory)
     cfg_path, w_path = directory / "config.json", directory / weights
-    out = [f"{p}: file not found (a checkpoint dir holds {weights} and config.json)"
-           for p in (w_path, cfg_path) if not p.is_file()]
+    out = list(dict.fromkeys(m for m in (_not_a_file(w_path, weights), _not_a_file(cfg_path, weights)) if m))
     cfg = None
     if cfg_path.is_file():
         try:
@@ -224,8 +252,12 @@ def checkpoint_problems(cls, directory, weights: str, keys, defaults: dict) -> l
     except (SafetensorError, OSError) as e:
         reason = str(e).removeprefix("Error while deserializing header: ")
         return out + [f"{w_path}: not a valid safetensors file ({reason})"]
-    out += [f"{w_path}: key {k!r} has dtype {dt}; expected a floating-point dtype ({', '.join(FLOAT_DTYPES)})"
-            for k, (dt, _) in header.items() if dt not in FLOAT_DTYPES]
+    dtype_problems = [f"{w_path}: key {k!r} has dtype {dt}; expected a floating-point dtype "
+                      f"({', '.join(FLOAT_DTYPES)})" for k, (dt, _) in header.items() if dt not in FLOAT_DTYPES]
+    out += dtype_problems
+    if not dtype_problems:
+        nonfinite = _nonfinite_problem(w_path)
+        out += [nonfinite] if nonfinite else []
     if cfg is None:     # no trustworthy config: shapes cannot be checked
         return out
     # built on the CPU: milliseconds at these sizes (the meta device would spend seconds importing decompositions)
@@ -245,12 +277,15 @@ def checkpoint_problems(cls, directory, weights: str, keys, defaults: dict) -> l
 
 
 def load_module(cls, directory, weights: str, keys, defaults: dict):
-    """Load a checkpoint dir after checkpoint_problems found nothing wrong: a missing file is FileNotFoundError,
-    anything else CheckpointError (both name the file)."""
+    """Load a checkpoint dir after checkpoint_problems found nothing wrong (NaN or inf weights included): a
+    missing file is FileNotFoundError, anything else CheckpointError (both name the file)."""
     directory = Path(directory)
     for p in (directory / weights, directory / "config.json"):
-        if not p.is_file():
-            raise FileNotFoundError(f"{p}: file not found (a checkpoint dir holds {weights} and config.json)")
+        why = _not_a_file(p, weights)
+        if why and not p.exists() and not p.parent.is_file():
+            raise FileNotFoundError(why)
+        if why:
+            raise CheckpointError(why)
     problems = checkpoint_problems(cls, directory, weights, keys, defaults)
     if problems:
         raise CheckpointError("; ".join(problems))

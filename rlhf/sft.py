@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .common import progress, setup_torch
-from .errors import run_cli
+from .atomic import check_out_dir
+from .common import check_fields, nonneg_float, positive_float, positive_int, progress, seed_arg, setup_torch
+from .errors import InputError, run_cli
 from .data import prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import Policy, default_config, response_logprobs, save_policy
 
@@ -27,9 +28,24 @@ class SFTConfig:
     weight_decay: float = 0.0
     seed: int = 0
 
+    def check(self, where: str = "SFTConfig") -> "SFTConfig":
+        """Every key's type and range (InputError naming each bad key): the CLI's flags and train_sft's callers."""
+        for name in RULES:
+            if getattr(self, name) is None:
+                raise InputError(f"{where}: key {name!r}: expected a number, got None")
+        check_fields(self, where, RULES)
+        return self
+
+
+RULES = {"epochs": positive_int, "lr": positive_float, "batch": positive_int, "weight_decay": nonneg_float,
+         "seed": seed_arg}      # also the CLI's argparse types
+
 
 def train_sft(records, cfg: SFTConfig = SFTConfig(), model_cfg: dict | None = None, quiet: bool = False):
     """Returns (policy, model_cfg, final mean NLL per token). Adam with a cosine schedule."""
+    cfg.check()
+    if not records:
+        raise InputError("train_sft: no demonstration records to train on")
     torch.manual_seed(cfg.seed)
     model_cfg = model_cfg or default_config()
     policy = Policy(model_cfg)
@@ -65,13 +81,18 @@ def main(argv=None):
     ap.add_argument("--data", required=True, help="jsonl of demonstration records (prompt + response)")
     ap.add_argument("--out", required=True)
     for f in dataclasses.fields(SFTConfig):
-        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=RULES[f.name], default=f.default)
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     setup_torch()
-    cfg = SFTConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(SFTConfig)})
-    records = read_jsonl(a.data, require=("response",))
+    cfg = SFTConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(SFTConfig)}).check()
+    check_out_dir(a.out, "a directory for the policy")
+    records = read_jsonl(a.data, require=("response",), unique_ids=True)
     policy, mcfg, nll = train_sft(records, cfg, quiet=a.quiet)
+    bad = [k for k, v in policy.state_dict().items() if not bool(torch.isfinite(v).all())]
+    if bad or not math.isfinite(nll):   # valid settings can still diverge: write no policy every loader refuses
+        raise RuntimeError(f"sft: training diverged (final NLL {nll}, non-finite tensors {bad[:3]}); nothing was "
+                           f"written to {a.out}")
     save_policy(policy, mcfg, a.out)
     write_json(f"{a.out}/sft_config.json", {**dataclasses.asdict(cfg), "data": a.data, "final_nll": nll})
     print(json.dumps({"out": a.out, "final_nll": round(nll, 4), **dataclasses.asdict(cfg)}))

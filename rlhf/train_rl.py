@@ -12,6 +12,11 @@ Relative paths in the config are resolved against the current directory, then th
 it is applied to the reward before the KL term. records: one dict per sample (id, family, attrs);
 response_tokens: LongTensor [N, 8] of token ids (rlhf.vocab.decode_response turns a row into strings);
 rewards: FloatTensor [N]. NOTE: this executes the file as Python code - only use files you trust.
+
+Every key of the config is checked (check_config: types and ranges; family_weights against the families of
+prompt_file) before anything is written, by the CLI and by RLTrainer alike. The run is written into a hidden
+sibling of --out and moved onto it only when it completed: a refused, failed or interrupted run leaves an existing
+--out as it was (and log.jsonl and step_N/ appear in --out at the end, not during the run).
 """
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import numbers
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -26,13 +33,16 @@ from pathlib import Path
 
 import torch
 
-from .common import config_from_dict, parse_override, progress, setup_torch
+from .atomic import atomic_dir, check_out_dir
+from .common import (check_fields, config_from_dict, nonneg_float, parse_override, positive_float, positive_int,
+                     progress, seed_arg, setup_torch)
 from .data import DataError, group_by_family, json_error, prompts_tensor, read_jsonl, sample_prompt_batch, write_json
 from .errors import InputError, run_cli
 from . import model as model_lib
 from .model import (draw_uniforms, load_policy, response_logprobs, response_logprobs_grouped, sample, sample_naive,
                     save_policy)
 from .reward_model import load_rm, score
+from .vocab import FAMILIES
 
 
 @dataclass
@@ -56,6 +66,74 @@ class RLConfig:
 
 
 PATH_KEYS = ("policy_init", "policy_ref", "reward_model", "prompt_file", "reward_wrapper")
+OPTIONAL_PATH_KEYS = ("reward_model", "reward_wrapper")      # null: a reward_fn / no wrapper
+# the numeric keys and their checks (rlhf.common); max_grad_norm may also be null or 0 (no clipping)
+RULES = {"seed": seed_arg, "steps": positive_int, "batch_prompts": positive_int, "samples_per_prompt": positive_int,
+         "log_every": positive_int, "lr": positive_float, "temperature": positive_float, "kl_coef": nonneg_float,
+         "max_grad_norm": nonneg_float}
+
+
+def check_config(cfg: RLConfig, where: str = "RLConfig") -> RLConfig:
+    """Refuse a config a run cannot use, naming every bad key (InputError: one line each, exit 2): the types and
+    ranges of every key, and family_weights' keys (known families) and values (finite, >= 0, a positive sum).
+    The families of prompt_file are checked against the weights once it is read (check_family_weights).
+    Used by load_config (the CLI: `where` names the config file) and RLTrainer (every programmatic caller)."""
+    bad = []
+    for key in RULES:
+        if key != "max_grad_norm" and getattr(cfg, key) is None:
+            bad.append(f"key {key!r}: expected {'an integer' if RULES[key] in (seed_arg, positive_int) else 'a number'}"
+                       ", got None")
+    se = cfg.save_every
+    if isinstance(se, bool) or not isinstance(se, numbers.Integral) or se < 0:
+        bad.append(f"key 'save_every': expected an integer >= 0 (0 = only the final checkpoint), got {se!r}")
+    for key in PATH_KEYS:
+        v = getattr(cfg, key)
+        if v is None and key in OPTIONAL_PATH_KEYS:
+            continue
+        if not isinstance(v, (str, os.PathLike)) or not str(v):
+            bad.append(f"key {key!r}: expected a path{' or null' if key in OPTIONAL_PATH_KEYS else ''}, got {v!r}")
+    bad += _family_weight_problems(cfg.family_weights)
+    lines = [f"{where}: {b}" for b in bad]
+    try:
+        check_fields(cfg, where, RULES)
+    except InputError as e:
+        lines += str(e).splitlines()
+    if lines:
+        raise InputError("\n".join(lines))
+    return cfg
+
+
+def _family_weight_problems(weights) -> list[str]:
+    if weights is None:
+        return []
+    if not isinstance(weights, dict):
+        return [f"key 'family_weights': expected null or an object {{family: weight}}, got {weights!r}"]
+    out = []
+    for f, w in weights.items():
+        if f not in FAMILIES:
+            out.append(f"key 'family_weights': unknown family {f!r}; expected families among {', '.join(FAMILIES)}")
+        elif isinstance(w, bool) or not isinstance(w, numbers.Real):
+            out.append(f"key 'family_weights': weight of {f!r}: expected a number, got {w!r}")
+        else:
+            try:
+                nonneg_float(w)
+            except argparse.ArgumentTypeError as e:
+                out.append(f"key 'family_weights': weight of {f!r}: {e}")
+    if not out and sum(weights.values()) <= 0:
+        out.append(f"key 'family_weights': expected a positive weight for at least one family, got {weights!r}")
+    return out
+
+
+def check_family_weights(cfg: RLConfig, by_family: dict, where: str = "RLConfig") -> None:
+    """Every family given a positive weight must have prompts in prompt_file (else its share of every batch
+    would silently go to the others, or nothing could be drawn)."""
+    if cfg.family_weights is None:
+        return
+    absent = [f for f, w in cfg.family_weights.items() if w > 0 and f not in by_family]
+    if absent:
+        raise InputError(f"{where}: key 'family_weights': {', '.join(absent)} ha{'s' if len(absent) == 1 else 've'} "
+                         f"a positive weight but {cfg.prompt_file} has no prompts of "
+                         f"{'it' if len(absent) == 1 else 'them'}; its families: {', '.join(by_family)}")
 
 
 def resolve_paths(cfg: RLConfig, config_path: Path | None) -> RLConfig:
@@ -75,10 +153,23 @@ def resolve_paths(cfg: RLConfig, config_path: Path | None) -> RLConfig:
 
 
 def load_reward_wrapper(path: str):
+    """The wrapper's transform; a file that is missing, not Python, fails on import or defines no transform is
+    bad input naming the file (and the line of a syntax error)."""
+    p = Path(path)
+    if not p.is_file():
+        what = "is a directory" if p.is_dir() else "file not found"
+        raise FileNotFoundError(f"{path}: {what}; expected reward_wrapper to name a Python file")
     spec = importlib.util.spec_from_file_location("reward_wrapper", path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{path}: reward_wrapper is not a Python file (expected a .py file defining transform)")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # runs user code, by design (see module docstring)
-    if not hasattr(mod, "transform"):
+    try:
+        spec.loader.exec_module(mod)  # runs user code, by design (see module docstring)
+    except SyntaxError as e:
+        raise InputError(f"{path}:{e.lineno}: reward_wrapper is not valid Python ({e.msg})") from None
+    except Exception as e:
+        raise InputError(f"{path}: reward_wrapper failed on import ({type(e).__name__}: {e})") from None
+    if not callable(getattr(mod, "transform", None)):
         raise InputError(f"{path}: reward_wrapper must define transform(records, response_tokens, rewards)")
     return mod.transform
 
@@ -88,6 +179,10 @@ class RLTrainer:
 
     def __init__(self, cfg: RLConfig, reward_fn=None, fast: bool = True):
         """fast=True: kv-cache sampling and shared prompt prefixes; fast=False: the naive reference path."""
+        check_config(cfg)
+        if reward_fn is None and cfg.reward_model is None:
+            raise InputError("RLConfig: key 'reward_model' is null and no reward_fn was given; expected a reward "
+                             "model directory")
         self.cfg, self.fast = cfg, fast
         torch.manual_seed(cfg.seed)
         self.policy, self.model_cfg = load_policy(cfg.policy_init)
@@ -95,13 +190,12 @@ class RLTrainer:
         self.ref, _ = load_policy(cfg.policy_ref)
         self.ref.requires_grad_(False)
         if reward_fn is None:
-            if cfg.reward_model is None:
-                raise ValueError("no reward: set reward_model in the config or pass reward_fn")
             rm, _ = load_rm(cfg.reward_model)
             reward_fn = lambda records, prompts_rep, responses: score(rm, prompts_rep, responses)
         self.reward_fn = reward_fn
         self.wrapper = load_reward_wrapper(cfg.reward_wrapper) if cfg.reward_wrapper else None
         self.by_family = group_by_family(read_jsonl(cfg.prompt_file))
+        check_family_weights(cfg, self.by_family)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.opt = torch.optim.Adam(self.params, lr=cfg.lr)
@@ -168,32 +262,37 @@ class RLTrainer:
 
 
 def train_rl(cfg: RLConfig, out_dir, reward_fn=None, quiet: bool = False, fast: bool = True) -> list[dict]:
-    """Run cfg.steps updates, writing run_config.json, log.jsonl and the checkpoint(s) into out_dir.
+    """Run cfg.steps updates; out_dir then holds run_config.json, log.jsonl and the checkpoint(s), and nothing
+    else (an existing out_dir is replaced as a whole, and only when the run completed: the run is written into a
+    hidden sibling `.NAME.XXXX.partial` first, which a failure or an interruption removes; see rlhf.atomic).
     Returns the log rows."""
-    trainer = RLTrainer(cfg, reward_fn=reward_fn, fast=fast)     # loads every input: bad input writes nothing
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "run_config.json", dataclasses.asdict(cfg))
-    rows, acc, t0 = [], [], time.time()
-    log_fh = open(out / "log.jsonl", "w")
-    bar = progress(total=cfg.steps, desc=f"train_rl {out.name}", quiet=quiet)
-    for step in range(1, cfg.steps + 1):
-        acc.append(trainer.step())
-        bar.update(1)
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            row = {"step": step, **{k: round(sum(a[k] for a in acc) / len(acc), 6) for k in acc[0]},
-                   "elapsed_s": round(time.time() - t0, 3)}
-            rows.append(row)
-            log_fh.write(json.dumps(row) + "\n")
-            log_fh.flush()
-            bar.set_postfix(proxy=f"{row['proxy_reward']:.3f}", kl=f"{row['kl']:.2f}", refresh=False)
-            acc = []
-        if cfg.save_every and step % cfg.save_every == 0 and step != cfg.steps:
-            save_policy(trainer.policy, trainer.model_cfg, out / f"step_{step}")
-    bar.close()
-    log_fh.close()
-    trainer.policy.eval()
-    save_policy(trainer.policy, trainer.model_cfg, out)
+    out = check_out_dir(out_dir, "a directory for the run")
+    trainer = RLTrainer(cfg, reward_fn=reward_fn, fast=fast)     # checks and loads every input: writes nothing
+    with atomic_dir(out) as work:
+        write_json(work / "run_config.json", dataclasses.asdict(cfg))
+        rows, acc, t0 = [], [], time.time()
+        bar = progress(total=cfg.steps, desc=f"train_rl {out.name}", quiet=quiet)
+        with open(work / "log.jsonl", "w") as log_fh:
+            for step in range(1, cfg.steps + 1):
+                acc.append(trainer.step())
+                bar.update(1)
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    row = {"step": step, **{k: round(sum(a[k] for a in acc) / len(acc), 6) for k in acc[0]},
+                           "elapsed_s": round(time.time() - t0, 3)}
+                    rows.append(row)
+                    log_fh.write(json.dumps(row) + "\n")
+                    log_fh.flush()
+                    bar.set_postfix(proxy=f"{row['proxy_reward']:.3f}", kl=f"{row['kl']:.2f}", refresh=False)
+                    acc = []
+                if cfg.save_every and step % cfg.save_every == 0 and step != cfg.steps:
+                    save_policy(trainer.policy, trainer.model_cfg, work / f"step_{step}")
+        bar.close()
+        trainer.policy.eval()
+        bad = [k for k, v in trainer.policy.state_dict().items() if not bool(torch.isfinite(v).all())]
+        if bad:     # valid settings can still diverge (a large lr): no checkpoint that every loader refuses
+            raise RuntimeError(f"train_rl: the policy diverged (tensor(s) {bad[:3]} hold NaN or inf after "
+                               f"{cfg.steps} steps); nothing was written to {out}")
+        save_policy(trainer.policy, trainer.model_cfg, work)
     return rows
 
 
@@ -205,8 +304,14 @@ def load_config(path, overrides: dict | None = None) -> RLConfig:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({json_error(e)})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text; expected a JSON object of RL config keys") from None
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: expected a JSON object of RL config keys, got {type(raw).__name__}")
     raw.update(overrides or {})
-    return resolve_paths(config_from_dict(RLConfig, raw, str(path)), path)
+    where = f"{path} (with --override {', '.join(sorted(overrides))})" if overrides else str(path)
+    cfg = check_config(config_from_dict(RLConfig, raw, str(path)), where)
+    return resolve_paths(cfg, path)
 
 
 def main(argv=None):
@@ -215,13 +320,14 @@ def main(argv=None):
     ap.add_argument("--config", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--override", action="append", metavar="KEY=JSON", help="override a config key")
-    ap.add_argument("--seed", type=int, default=None, help="shorthand for --override seed=N")
+    ap.add_argument("--seed", type=seed_arg, default=None, help="shorthand for --override seed=N")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     setup_torch()
     ov = parse_override(a.override)
     if a.seed is not None:
         ov["seed"] = a.seed
+    check_out_dir(a.out, "a directory for the run")
     cfg = load_config(a.config, ov)
     if not a.quiet:
         print(json.dumps(dataclasses.asdict(cfg), indent=2))

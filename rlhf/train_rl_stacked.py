@@ -12,6 +12,7 @@ the stack (its checkpoint is written then), and the others go on.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -19,12 +20,13 @@ from pathlib import Path
 
 import torch
 
+from .atomic import atomic_dir, check_out_dir
 from .common import progress
 from .data import group_by_family, prompts_tensor, read_jsonl, sample_prompt_batch, write_json
 from .model import Policy, draw_uniforms, load_policy, save_policy
 from .reward_model import load_rm
 from . import stacked as S
-from .train_rl import RLConfig
+from .train_rl import RLConfig, check_config, check_family_weights
 
 SHARED = ("batch_prompts", "samples_per_prompt", "temperature")
 
@@ -36,6 +38,8 @@ class StackedRLTrainer:
         cfgs = list(cfgs)
         if not cfgs:
             raise ValueError("StackedRLTrainer: no runs given")
+        for k, c in enumerate(cfgs):      # as RLTrainer: every key checked before anything is loaded
+            check_config(c, f"RLConfig of stacked run {k}")
         for key in SHARED:
             vals = {getattr(c, key) for c in cfgs}
             if len(vals) > 1:
@@ -69,6 +73,8 @@ class StackedRLTrainer:
         for c in cfgs:
             if c.prompt_file not in prompts:
                 prompts[c.prompt_file] = group_by_family(read_jsonl(c.prompt_file))
+        for k, c in enumerate(cfgs):
+            check_family_weights(c, prompts[c.prompt_file], f"RLConfig of stacked run {k}")
         self.by_family = [prompts[c.prompt_file] for c in cfgs]
         self.cfgs, self.reward_fns = cfgs, reward_fns
         self.gens = [torch.Generator().manual_seed(c.seed) for c in cfgs]
@@ -180,12 +186,20 @@ def train_rl_stacked(cfgs: list[RLConfig], out_dirs, reward_fns=None, quiet: boo
                      ) -> list[list[dict]]:
     """rlhf.train_rl.train_rl for K runs at once: each out dir gets run_config.json, log.jsonl (the same rows:
     figures averaged over log_every steps; elapsed_s counts from the stack's start) and its checkpoint(s).
-    Returns each run's log rows."""
-    outs = [Path(d) for d in out_dirs]
+    As train_rl, each run is written into a hidden sibling of its out dir, and all of them are moved into place
+    when the whole stack completed: a failure leaves every existing out dir as it was. Returns each run's log rows."""
+    outs = [check_out_dir(d, "a directory for the run") for d in out_dirs]
     if len(outs) != len(cfgs):
         raise ValueError(f"{len(cfgs)} configs but {len(outs)} output dirs")
+    for k, c in enumerate(cfgs):
+        check_config(c, f"RLConfig of stacked run {k}")
+    with contextlib.ExitStack() as stack:
+        work = [stack.enter_context(atomic_dir(d)) for d in outs]
+        return _train_into(cfgs, work, reward_fns, quiet, desc)
+
+
+def _train_into(cfgs, outs, reward_fns, quiet, desc) -> list[list[dict]]:
     for c, d in zip(cfgs, outs):
-        d.mkdir(parents=True, exist_ok=True)
         write_json(d / "run_config.json", dataclasses.asdict(c))
     logs = [open(d / "log.jsonl", "w") for d in outs]
     rows, acc = [[] for _ in cfgs], [[] for _ in cfgs]

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .common import file_sha256, progress, setup_torch
-from .errors import run_cli
+from .atomic import check_out_dir
+from .common import check_fields, file_sha256, positive_float, positive_int, progress, seed_arg, setup_torch
+from .errors import InputError, run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .reward_model import RewardModel, default_config, save_rm
 
@@ -26,9 +27,23 @@ class RMTrainConfig:
     batch: int = 256
     seed: int = 0
 
+    def check(self, where: str = "RMTrainConfig") -> "RMTrainConfig":
+        """Every key's type and range (InputError naming each bad key): the CLI's flags and train_rm's callers."""
+        for name in RULES:
+            if getattr(self, name) is None:
+                raise InputError(f"{where}: key {name!r}: expected a number, got None")
+        check_fields(self, where, RULES)
+        return self
+
+
+RULES = {"epochs": positive_int, "lr": positive_float, "batch": positive_int, "seed": seed_arg}   # also the CLI's types
+
 
 def train_rm(records, cfg: RMTrainConfig = RMTrainConfig(), model_cfg: dict | None = None, quiet: bool = False):
     """Returns (rm, model_cfg, final epoch's mean training MSE)."""
+    cfg.check()
+    if not records:
+        raise InputError("train_rm: no labelled records to train on")
     torch.manual_seed(cfg.seed)
     model_cfg = model_cfg or default_config()
     rm = RewardModel(model_cfg)
@@ -67,6 +82,10 @@ def train_rms(datasets, cfgs: list[RMTrainConfig], model_cfg: dict | None = None
     own generator), the same cosine schedule -- up to float rounding. The datasets must have the same size and
     the configs the same epochs and batch. Returns [(rm, model_cfg, final epoch's mean training MSE)]."""
     from . import stacked as S
+    for k, c in enumerate(cfgs):
+        c.check(f"RMTrainConfig {k}")
+    if not cfgs or len(cfgs) != len(datasets) or not all(datasets):
+        raise ValueError("stacked RM training needs one non-empty dataset per config")
     if len({len(d) for d in datasets}) != 1 or len({(c.epochs, c.batch) for c in cfgs}) != 1:
         raise ValueError("stacked RM training needs datasets of one size and configs of one epochs and batch")
     model_cfg = model_cfg or default_config()
@@ -112,13 +131,18 @@ def main(argv=None):
     ap.add_argument("--data", required=True, help="jsonl of labelled records")
     ap.add_argument("--out", required=True)
     for f in dataclasses.fields(RMTrainConfig):
-        ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
+        ap.add_argument(f"--{f.name}", type=RULES[f.name], default=f.default)
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     setup_torch()
-    cfg = RMTrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(RMTrainConfig)})
-    records = read_jsonl(a.data, require=("response", "label"))
+    cfg = RMTrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(RMTrainConfig)}).check()
+    check_out_dir(a.out, "a directory for the reward model")
+    records = read_jsonl(a.data, require=("response", "label"), unique_ids=True)
     rm, mcfg, mse = train_rm(records, cfg, quiet=a.quiet)
+    bad = [k for k, v in rm.state_dict().items() if not bool(torch.isfinite(v).all())]
+    if bad or not math.isfinite(mse):   # valid settings can still diverge: write no RM that every loader refuses
+        raise RuntimeError(f"train_rm: training diverged (final MSE {mse}, non-finite tensors {bad[:3]}); nothing "
+                           f"was written to {a.out}")
     save_rm(rm, mcfg, a.out)
     write_json(f"{a.out}/train_config.json",
                {**dataclasses.asdict(cfg), "data": a.data, "data_sha256": file_sha256(a.data), "final_mse": mse})
