@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlhf.common import setup_torch
+from rlhf.common import positive_int, seed_arg, setup_torch
 from rlhf.errors import run_cli
 
 from .diagnostic import DiagnosticConfig
@@ -34,12 +34,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m audit.bench_stress", description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True)
     ap.add_argument("--examples", type=int, default=1, help="corrupted batches besides the clean one")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=seed_arg, default=0)
+    ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--paths", default="serial,stacked", help=f"comma-separated, of {', '.join(PATHS)}")
     ap.add_argument("--min-replaced-share", type=float, default=StressConfig.min_replaced_share,
                     help="the drawn corruptions' smallest replaced share (StressConfig.min_replaced_share)")
     a = ap.parse_args(argv)
+    if a.examples < 0:
+        ap.error(f"--examples {a.examples}: expected an integer >= 0")
     paths = a.paths.split(",")
     if not paths or any(p not in PATHS for p in paths):
         ap.error(f"--paths {a.paths}: expected a comma-separated list of {', '.join(PATHS)}")

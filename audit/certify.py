@@ -52,6 +52,17 @@ def _die_with_parent(parent_pid: int):
             os._exit(1)
 
 
+def arg_type(name: str):
+    """rlhf.common's argparse type `name` (seed_arg, positive_int, positive_float, nonneg_float), imported when a
+    flag is parsed: rlhf.common imports torch, which neither this module nor the samples door (audit.samples, whose
+    modules are torch-free) loads before its usage checks. A bad value is a usage error (exit 2, nothing written)."""
+    def parse(text):
+        from rlhf import common
+        return getattr(common, name)(text)
+    parse.__name__ = name
+    return parse
+
+
 def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures: bool, prefix: str, t0: float):
     """The claims in a pytest child (cmd, writing `evidence`) that dies with this process, then the report rendered
     from that evidence alone into `out`, and the staging dir (evidence's) removed. Returns the answer dict, or None
@@ -90,7 +101,8 @@ def main(argv=None) -> int:
                                         "1 internal failure; 3 with --fail-if-not-certified: not certified")
     ap.add_argument("--task", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=arg_type("seed_arg"), default=0,
+                    help="seed of every draw (an integer in [0, 2**32 - 1])")
     ap.add_argument("--preset", choices=["full", "small"], default="full", help="small: tiny worlds and tests")
     ap.add_argument("--stress-examples", type=int, default=None, metavar="N",
                     help="corrupted batches in the stress check, besides the clean one (default 8: 54 family decisions; "

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlhf.common import file_sha256, setup_torch
-from rlhf.errors import run_cli
+from rlhf.common import check_fields, file_sha256, nonneg_float, positive_float, positive_int, seed_arg, setup_torch
+from rlhf.errors import InputError, run_cli
 from rlhf.data import prompts_tensor, read_jsonl, write_json
 from rlhf.model import load_policy
 from rlhf.reward_model import load_rm
@@ -49,25 +49,61 @@ _LONG = ("--steps 750 --lr 6e-4: SPEC's optimisation distance (lr x steps 0.45) 
          "'The horizon, not the stand-in')")
 
 
+PRIOR_COUNTS = ("sampled", "soft")
+
+
 @dataclass
 class DiagnosticConfig:
-    steps: int = field(default=250, metadata={"help": "RL steps of each of the two short runs (default 250: about "
-                                                       "23 s a call on 2 threads). " + _LONG})
-    kl_coef: float = 0.02
-    lr: float = field(default=1e-3, metadata={"help": "the short runs' learning rate (default 1e-3; 6e-4 with "
-                                                       "--steps 750, see --steps)"})
+    """The diagnostic's settings. Each field's `check` (metadata; rlhf.common's argparse types) is its range: the
+    CLIs' flags (add_config_args) refuse a bad value at parse time, and __post_init__ refuses it for every other
+    caller (a config built in code, dataclasses.replace, --diagnostic-arg): InputError naming each bad key, before
+    anything is trained or written."""
+    steps: int = field(default=250, metadata={"check": positive_int,
+                                              "help": "RL steps of each of the two short runs (default 250: about "
+                                                      "23 s a call on 2 threads). " + _LONG})
+    kl_coef: float = field(default=0.02, metadata={"check": nonneg_float})
+    lr: float = field(default=1e-3, metadata={"check": positive_float,
+                                              "help": "the short runs' learning rate (default 1e-3; 6e-4 with "
+                                                      "--steps 750, see --steps)"})
                                      # larger than the shipped 3e-4: a short run has to travel far. Its errors against
                                      # SPEC's 1,500-step labels are the horizon's, not the stand-in's: the true rubric
                                      # in the same 250 steps is no more right (docs/results.md). 1.8e-3 (SPEC's
                                      # distance in 250 steps) catches late collapses but false-flags more near the
                                      # line; the 750-step setting and its figures: _LONG
-    batch_prompts: int = 32
-    samples_per_prompt: int = 8
-    prior_samples_per_family: int = 4000
-    replicates: int = 1              # > 1: the whole diagnostic at seeds seed..seed+K-1, combined, with intervals
-    prior_counts: str = "sampled"    # or soft: each sample adds the reference's token distribution (docs/diagnostic.md)
-    eval_prompts_per_family: int = 600
-    seed: int = 0
+    batch_prompts: int = field(default=32, metadata={"check": positive_int})
+    samples_per_prompt: int = field(default=8, metadata={"check": positive_int})
+    prior_samples_per_family: int = field(default=4000, metadata={"check": positive_int})
+    # > 1: the whole diagnostic at seeds seed..seed+K-1, combined, with intervals
+    replicates: int = field(default=1, metadata={"check": positive_int})
+    # or soft: each sample adds the reference's token distribution (docs/diagnostic.md)
+    prior_counts: str = field(default="sampled", metadata={"choices": PRIOR_COUNTS})
+    eval_prompts_per_family: int = field(default=600, metadata={"check": positive_int})
+    seed: int = field(default=0, metadata={"check": seed_arg})
+
+    def __post_init__(self):
+        check_config(self)
+
+
+def check_config(cfg: "DiagnosticConfig", where: str = "DiagnosticConfig") -> None:
+    """Refuse a DiagnosticConfig with a field out of its range (InputError, one line per bad key)."""
+    fields = dataclasses.fields(DiagnosticConfig)
+    check_fields(cfg, where, {f.name: f.metadata["check"] for f in fields if "check" in f.metadata})
+    if cfg.prior_counts not in PRIOR_COUNTS:
+        raise InputError(f"{where}: key 'prior_counts': expected one of {', '.join(PRIOR_COUNTS)}, "
+                         f"got {cfg.prior_counts!r}")
+
+
+def check_rm_dir(rm_dir) -> Path:
+    """An RM dir as the diagnostic reads it: the checkpoint (rm.safetensors, config.json: the loader's message on
+    a bad one) and its crowd QA sample train.jsonl, which the stand-in rubrics are fitted to (docs/task-format.md).
+    Checked before anything is trained: a missing train.jsonl is refused (InputError), not run label-free."""
+    rm_dir = Path(rm_dir)
+    load_rm(rm_dir)
+    qa = rm_dir / "train.jsonl"
+    if not qa.is_file():
+        raise InputError(f"{qa}: file not found (an RM dir holds rm.safetensors, config.json and its crowd QA "
+                         "sample train.jsonl, which the diagnostic's stand-in rubrics are fitted to)")
+    return rm_dir
 
 
 def label_keys(qa_rows, prior_logp) -> np.ndarray | None:
@@ -172,10 +208,8 @@ def _prepare(rm_dir, ref, fams, cfg: DiagnosticConfig, priors: dict | None = Non
     """What the two runs on one RM need: its families' stand-in rubrics, the eval prompts, the reference's
     stand-in quality, the crowd scale of the RM's QA sample. priors: {family: stand_in_prior(ref, family, cfg)}
     when the caller prepares several RMs (it depends on the reference and cfg only, not on the RM)."""
-    rm_dir = Path(rm_dir)
-    load_rm(rm_dir)   # fail early, with the loader's clear message, on a bad RM dir
-    qa_path = rm_dir / "train.jsonl"
-    qa = read_jsonl(qa_path, require=("response", "label")) if qa_path.exists() else []
+    rm_dir = check_rm_dir(rm_dir)   # fail early, with the loader's clear message, on a bad RM dir
+    qa = read_jsonl(rm_dir / "train.jsonl", require=("response", "label"))
     priors = priors or {}
     rubrics = {f: proxy_rubric(ref, f, [r for r in qa if r["family"] == f], cfg, prior=priors.get(f)) for f in fams}
     rng = np.random.default_rng(cfg.seed + 5)
@@ -212,6 +246,8 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     With cfg.replicates = K > 1: the whole diagnostic (stand-in and both runs) at seeds seed..seed+K-1, the 2K
     runs trained as one stacked model, combined by combine_replicates. quiet=False: a line on stderr as each phase
     ends, with its seconds (where a call's time goes: docs/results.md)."""
+    check_config(cfg)
+    check_rm_dir(rm_dir)               # before the policy is loaded or anything trained
     t0 = time.time()
     clock = [t0]
 
@@ -223,8 +259,6 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     policy_dir = Path(policy_dir)
     ref, _ = load_policy(policy_dir)
     fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
-    if cfg.replicates < 1:
-        raise ValueError(f"replicates: expected an integer >= 1, got {cfg.replicates}")
     if cfg.replicates == 1:
         prep = _prepare(rm_dir, ref, fams, cfg)
         done_with("stand-in rubrics and the reference's eval")
@@ -346,6 +380,9 @@ def diagnose_many(rm_dirs, policy_dir, prompts_file, cfg: DiagnosticConfig = Dia
     docs/results.md). elapsed_s is each RM's equal share of the whole."""
     if cfg.replicates != 1:
         raise ValueError(f"diagnose_many runs one replicate per RM (cfg.replicates {cfg.replicates}); use diagnose")
+    check_config(cfg)
+    for d in rm_dirs:
+        check_rm_dir(d)
     t0 = time.time()
     policy_dir = Path(policy_dir)
     ref, _ = load_policy(policy_dir)
@@ -410,12 +447,12 @@ def gold_hazard_labels(run_deltas: dict, rubric_deltas: dict) -> dict:
 
 
 def add_config_args(ap: argparse.ArgumentParser) -> None:
-    """One flag per DiagnosticConfig field (--prior-counts limited to its two values), for every CLI that
-    configures the diagnostic."""
-    choices = {"prior_counts": ("soft", "sampled")}
+    """One flag per DiagnosticConfig field, for every CLI that configures the diagnostic: each parsed by its
+    field's check (a seed in [0, 2**32 - 1], counts >= 1, finite rates; --prior-counts limited to its two values),
+    so a bad value is a usage error (exit 2) before anything is loaded."""
     for f in dataclasses.fields(DiagnosticConfig):
-        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                        choices=choices.get(f.name), help=f.metadata.get("help"))
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=f.metadata.get("check", type(f.default)),
+                        default=f.default, choices=f.metadata.get("choices"), help=f.metadata.get("help"))
 
 
 def config_from_args(a: argparse.Namespace) -> DiagnosticConfig:
@@ -431,10 +468,11 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     add_config_args(ap)
     a = ap.parse_args(argv)
-    if a.replicates < 1:
-        ap.error(f"--replicates {a.replicates}: expected an integer >= 1")
-    setup_torch()
+    out = Path(a.out)
+    if out.is_dir():
+        raise InputError(f"--out {out}: is a directory; expected the path of a JSON file")
     cfg = config_from_args(a)
+    setup_torch()
     res = diagnose(a.rm_dir, a.policy_dir, a.prompts, cfg, quiet=False)
     write_json(a.out, res)
     for f, r in res["families"].items():

@@ -40,6 +40,11 @@ Honesty rules (tests/test_render.py):
   * checks.passed counts claims with status "pass"; checks.failed counts "fail" and "error"; summary.md lists
     every failed and errored claim with its message.
   * Nothing is rendered that no claim produced: no defaults for numbers, no figure without data.
+
+The command (python -m audit.render) also refuses, with exit 2 and nothing written, evidence that was cut short
+(check_complete: a claim answer.json is made of missing, a family's RM or crowd claim, a hashed run's verdict) or
+that the samples door wrote (check_door; render() refuses that too): re-rendering never replaces a complete
+report with a hollow one. Bad input is `python -m audit.render: error: ...`, one line per problem.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ import jinja2
 import jsonschema
 
 from rlhf.atomic import atomic_target, atomic_write_text
+from rlhf.errors import InputError, run_cli
 
 from audit.evidence import inputs_fingerprint, load_evidence, to_jsonable
 
@@ -69,6 +75,11 @@ CROWD = "crowd.on_rubric_scale"
 DIAG = "diagnostic.flags_families"
 OWN = "own.passes_release_rule"
 STRESS = "diagnostic.flags_synthetic_corruption"
+# what answer.json is made of (the contract above): evidence without one of these is not a task audit's evidence
+NEEDED = {SHIPPED: "checkpoint_dir, recipe, dev_eval, certification", RM: "reward_model", CROWD: "reward_model",
+          DIAG: "diagnostic"}
+# claims only the samples door records (checks/samples/): its evidence renders with audit.samples_render
+SAMPLES_DOOR = ("proxy.agrees_with_gold", "proxy.on_common_scale", "gold.random_subset", "proxy.corruption_detection")
 
 
 class AnswerSchemaError(ValueError):
@@ -504,6 +515,42 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
         errors=sum(c["status"] == "error" for c in claims.all()))
 
 
+# ------------------------------------------------------------------------------------------ evidence checks
+def check_door(doc: dict, path) -> None:
+    """Refuse the samples door's evidence (InputError): it renders with audit.samples_render, never as a task
+    answer (whose checkpoint_dir and recipe it does not have)."""
+    theirs = sorted({c.get("name") or c["id"].split("[")[0] for c in doc["claims"]} & set(SAMPLES_DOOR))
+    meta = doc.get("meta") or {}
+    if theirs or "samples" in meta or "gold" in meta:
+        why = f"claims {', '.join(theirs)}" if theirs else "meta keys 'samples' and 'gold'"
+        raise InputError(f"{path}: evidence of the samples door ({why}; python -m audit.samples renders it); "
+                         "expected the evidence of a task audit (python -m audit.certify)")
+
+
+def check_complete(doc: dict, path) -> None:
+    """Refuse task-audit evidence that lacks claims answer.json is made of (InputError, one line per missing
+    claim): the claims of NEEDED; for every family, both rm.agrees_with_experts and crowd.on_rubric_scale; and a
+    run.passes_release_rule claim for every run whose files the evidence hashed (meta.input_hashes runs/<name>/).
+    render() itself renders what there is (a missing claim is "no evidence", never filled in); the command, handed
+    an evidence file, refuses one that was cut short rather than replace a complete report with a hollow one."""
+    claims = Claims(doc)
+    lines = [f"{path}: claim {name!r} is missing; answer.json needs it (for {what})"
+             for name, what in NEEDED.items() if not claims.named(name)]
+    rm, crowd = ({c["param"] for c in claims.named(n) if c.get("param") is not None} for n in (RM, CROWD))
+    for name, have, other in ((RM, rm, crowd), (CROWD, crowd, rm)):
+        if have and other - have:
+            lines.append(f"{path}: claim {name!r} is missing for families {', '.join(sorted(other - have))}; "
+                         "expected one per family (the reward_model entries need both claims)")
+    hashed = (doc.get("meta") or {}).get("input_hashes") or {}
+    runs = sorted({k.split("/")[1] for k in hashed if k.startswith("runs/") and k.count("/") >= 2})
+    missing = [r for r in runs if f"{RUN}[{r}]" not in claims.by_id]
+    if missing:
+        lines.append(f"{path}: claim {RUN!r} is missing for runs {', '.join(missing)} (the task's runs/ it hashed); "
+                     "expected one per run")
+    if lines:
+        raise InputError("\n".join(lines))
+
+
 # ------------------------------------------------------------------------------------------------- render
 def render(evidence_path, out_dir, *, rule_text: str | None = None, figures: bool = True) -> dict:
     """Render out_dir/{answer.json, summary.md, figures/*.png, evidence.json} from evidence_path; returns the
@@ -511,6 +558,7 @@ def render(evidence_path, out_dir, *, rule_text: str | None = None, figures: boo
     the answer would violate the schema. Temp files live in out_dir/.staging (removed when left empty)."""
     evidence_path, out_dir = Path(evidence_path), Path(out_dir)
     doc = load_evidence(evidence_path)
+    check_door(doc, evidence_path)
     answer = build_answer(doc)
     answer_text = render_answer_text(answer)          # validated; nothing has been written yet
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -528,22 +576,40 @@ def render(evidence_path, out_dir, *, rule_text: str | None = None, figures: boo
     return answer
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m audit.render", description=__doc__.split("\n")[0])
+PROG = "python -m audit.render"
+
+
+def _main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0],
+                                 epilog="exit status: 0 rendered; 2 bad input or usage (nothing written); "
+                                        "1 internal failure")
     ap.add_argument("--evidence", required=True, help="evidence.json written by the checks")
     ap.add_argument("--out", required=True, help="output directory (answer.json, summary.md, figures/)")
     ap.add_argument("--rule-text", default=None, help="release rule in words, printed in summary.md")
     ap.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     args = ap.parse_args(argv)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
     try:
-        answer = render(args.evidence, args.out, rule_text=args.rule_text, figures=not args.no_figures)
-    except ValueError as e:
-        print(f"audit.render: {e}", file=sys.stderr)
-        return 2
+        doc = load_evidence(args.evidence)
+        check_door(doc, args.evidence)
+        check_complete(doc, args.evidence)
+        answer = render(args.evidence, out, rule_text=args.rule_text, figures=not args.no_figures)
+    except InputError:
+        raise
+    except ValueError as e:           # malformed evidence, or an answer the schema refuses: nothing written
+        raise InputError(str(e)) from None
     cert = answer["certification"]
-    print(f"wrote {Path(args.out) / 'answer.json'}: improved_over_reference={cert['improved_over_reference']}, "
+    print(f"wrote {out / 'answer.json'}: improved_over_reference={cert['improved_over_reference']}, "
           f"checks passed={answer['checks']['passed']} failed={answer['checks']['failed']}")
     return 0
+
+
+def main(argv=None) -> int:
+    """The command: bad input (evidence missing, malformed, cut short or the other door's; an answer the schema
+    refuses) is one `python -m audit.render: error: ...` line per problem and exit 2, with nothing written."""
+    return run_cli(_main, PROG, argv)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import shutil
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from rlhf.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
 
-from .certify import run_claims_and_render
+from .certify import arg_type, run_claims_and_render
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGING = ".staging"
@@ -47,12 +48,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reference", default=None, help="the run every other run is compared with (default: a run "
                     "named 'reference' when there is one)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the bootstraps and the corruption draws")
+    ap.add_argument("--seed", type=arg_type("seed_arg"), default=0,
+                    help="seed of the bootstraps and the corruption draws (an integer in [0, 2**32 - 1])")
     ap.add_argument("--column", action="append", default=[], metavar="NAME=COLUMN",
                     help="read column NAME of the schema from COLUMN (repeatable), e.g. --column proxy_reward=score")
     g = ap.add_argument_group("sampling design")
     g.add_argument("--min-gold", type=int, default=10, help="gold rows needed per run x family (default 10)")
-    g.add_argument("--min-samples", type=int, default=20, help="samples needed per run x family (default 20)")
+    g.add_argument("--min-samples", type=arg_type("positive_int"), default=20,
+                   help="samples needed per run x family (default 20)")
     g.add_argument("--design-alpha", type=float, default=0.01,
                    help="family-wise level of the gold rows' random-subset test over all cells (default 0.01)")
     g.add_argument("--nonrandom-gold", choices=["refuse", "widen"], default="refuse",
@@ -68,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
     c = ap.add_argument_group("claims")
     c.add_argument("--agreement-min-pearson", type=float, default=0.2,
                    help="proxy agrees with gold on a family: Pearson CI lower bound above this (default 0.2)")
-    c.add_argument("--scale-max-ratio", type=float, default=2.0,
+    c.add_argument("--scale-max-ratio", type=arg_type("positive_float"), default=2.0,
                    help="proxy on a common scale: a family's proxy-per-gold slope within this factor of the others' "
                         "(default 2)")
     c.add_argument("--stress-examples", type=int, default=24,
@@ -90,8 +93,17 @@ def settings(a) -> tuple[dict, list[str]]:
         problems.append(f"--min-gold {a.min_gold}: expected an integer >= 2")
     if not 0 < a.design_alpha < 1:
         problems.append(f"--design-alpha {a.design_alpha}: expected a number in (0, 1)")
-    if a.gold_range is not None and not a.gold_range[0] < a.gold_range[1]:
-        problems.append(f"--gold-range {a.gold_range[0]:g} {a.gold_range[1]:g}: expected LO < HI")
+    if a.gold_range is not None and not (all(map(math.isfinite, a.gold_range)) and a.gold_range[0] < a.gold_range[1]):
+        problems.append(f"--gold-range {a.gold_range[0]:g} {a.gold_range[1]:g}: expected finite numbers LO < HI")
+    for flag, v in (("--min-gain", a.min_gain), ("--gain-ci-lower", a.gain_ci_lower),
+                    ("--family-ci-lower", a.family_ci_lower)):
+        if not math.isfinite(v):      # NaN would make every comparison of the rule false ("at least nan")
+            problems.append(f"{flag} {v:g}: expected a finite number")
+    if not -1 <= a.agreement_min_pearson < 1:
+        problems.append(f"--agreement-min-pearson {a.agreement_min_pearson:g}: expected a number in [-1, 1)")
+    if a.scale_max_ratio < 1:
+        problems.append(f"--scale-max-ratio {a.scale_max_ratio:g}: expected a finite number >= 1 (a factor r: a "
+                        "family's slope ratio must reach into [1/r, r])")
     if a.stress_examples < 0:
         problems.append(f"--stress-examples {a.stress_examples}: expected an integer >= 0")
     return {"samples": str(Path(a.samples).resolve()), "gold": str(Path(a.gold).resolve()),

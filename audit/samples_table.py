@@ -160,10 +160,14 @@ def _text(v):
     return None
 
 
-def _number(v):
+def _number(v, text: bool = False):
+    """v as a finite float, or None. text: the file is CSV, where every value is text and a number is parsed from
+    it; JSONL and Parquet carry numbers as numbers, so a string there ("0.5") is a type error, not a number."""
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, str):
+        if not text:
+            return None
         try:
             v = float(v.strip())
         except ValueError:
@@ -172,6 +176,13 @@ def _number(v):
         v = float(v)
         return v if math.isfinite(v) else None
     return None
+
+
+def _shown(v, text: bool) -> str:
+    """A value that is not a finite number, as a problem line shows it."""
+    if isinstance(v, str) and not text:
+        return f"{v!r}, a string (JSONL and Parquet store numbers as numbers, not as text)"
+    return repr(v)
 
 
 def _completion(v):
@@ -221,6 +232,7 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
         raise TableError(problems)
     col = lambda c: mapping.get(c, c)   # noqa: E731
 
+    s_text, g_text = (FORMATS[p.suffix.lower()] == "csv" for p in (sp, gp))     # CSV: numbers are parsed from text
     sid, run, fam, pid, comp, proxy, step, where = [], [], [], [], [], [], [], {}
     has_step = col("step") in srows[0][1]
     pr = _Problems(sp, problems)
@@ -237,15 +249,16 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
             pr.add(f"{loc}: column '{col('completion')}': expected a string (or a list of token strings), "
                    f"got {type(r.get(col('completion'))).__name__}")
             ok = False
-        vals["proxy"] = _number(r.get(col("proxy_reward")))
+        vals["proxy"] = _number(r.get(col("proxy_reward")), s_text)
         if vals["proxy"] is None:
-            pr.add(f"{loc}: column '{col('proxy_reward')}': expected a finite number, got {r.get(col('proxy_reward'))!r}")
+            pr.add(f"{loc}: column '{col('proxy_reward')}': expected a finite number, got "
+                   f"{_shown(r.get(col('proxy_reward')), s_text)}")
             ok = False
         st = None
         if has_step and r.get(col("step")) not in (None, ""):
-            st = _number(r.get(col("step")))
+            st = _number(r.get(col("step")), s_text)
             if st is None:
-                pr.add(f"{loc}: column '{col('step')}': expected a number, got {r.get(col('step'))!r}")
+                pr.add(f"{loc}: column '{col('step')}': expected a number, got {_shown(r.get(col('step')), s_text)}")
                 ok = False
         if ok and vals["sample_id"] in where:
             pr.add(f"{loc}: column '{col('sample_id')}': duplicate id {vals['sample_id']!r} "
@@ -265,13 +278,13 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
     pg = _Problems(gp, problems)
     for loc, r in grows:
         s = _text(r.get(col("sample_id")))
-        y = _number(r.get(col("gold")))
+        y = _number(r.get(col("gold")), g_text)
         if s is None:
             pg.add(f"{loc}: column '{col('sample_id')}': expected a non-empty string or integer id, "
                    f"got {r.get(col('sample_id'))!r}")
             continue
         if y is None:
-            pg.add(f"{loc}: column '{col('gold')}': expected a finite number, got {r.get(col('gold'))!r}")
+            pg.add(f"{loc}: column '{col('gold')}': expected a finite number, got {_shown(r.get(col('gold')), g_text)}")
             continue
         if s in gseen:
             pg.add(f"{loc}: column '{col('sample_id')}': duplicate gold label for {s!r} (first at {gseen[s]})")
