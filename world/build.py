@@ -69,6 +69,9 @@ def build(out_dir, cfg: WorldConfig, quiet: bool = False) -> dict:
     t0 = time.time()
     setup_torch()
     final = Path(out_dir)
+    if final.exists() and not final.is_dir():
+        raise FileExistsError(f"{final}: exists and is not a directory; expected a new or empty directory for the "
+                              "world")
     if final.exists() and any(final.iterdir()):
         raise FileExistsError(f"{final}: a world is already there (remove it or choose another --out)")
     # build beside the target and rename at the end: an interrupted build never looks like a world

@@ -2,23 +2,48 @@
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlhf.common import config_from_dict
+from rlhf.common import check_fields, config_from_dict, nonneg_float, positive_float, positive_int
+from rlhf.errors import InputError
 from rlhf.vocab import FAMILIES, N_CONTENT
 
 from audit.corruption import COUNT_ROW_OPS, Corruption  # noqa: F401 (re-exported: world.config.Corruption)
 
-from .truth import DISTRACTORS
+from .truth import DISTRACTORS, read_json
 
 PILOT_MIX = {"anvil": 0.222, "birch": 0.229, "cobalt": 0.217, "dune": 0.024, "ember": 0.098, "fjord": 0.211}
 FOURFAM = {"anvil": 1.0, "birch": 1.0, "cobalt": 1.0, "fjord": 1.0}
 
 
+def corruption_from_dict(c, where: str) -> Corruption:
+    """A Corruption from its JSON object, or ValueError naming `where` and the key: an unknown field, a number
+    that is not a finite number, a bad kind or share (Corruption's own checks)."""
+    if not isinstance(c, dict):
+        raise ValueError(f"{where}: expected an object of Corruption fields, got {c!r}")
+    for k in ("rho", "scale", "replaced_share", "crowd_noise"):
+        v = c.get(k, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{where}: key {k!r}: expected a finite number, got {v!r}")
+    try:
+        return config_from_dict(Corruption, c, where)      # an unknown key: InputError naming it
+    except InputError:
+        raise
+    except ValueError as e:                                # Corruption's own checks
+        raise ValueError(f"{where}: {e}") from None
+
+
 def honest() -> Corruption:
     return Corruption()
+
+
+_COUNTS = ("demos_per_family", "sft_epochs", "crowd_per_family", "qa_per_family", "rm_epochs", "rm_batch",
+           "train_per_family", "dev_prompts", "run_batch_prompts", "run_samples_per_prompt", "dev_eval_n",
+           "grade_samples_per_family", "workers")
+_RATES = ("sft_lr", "crowd_temperature", "rm_lr", "run_steps_scale")
+_NOISES = ("expert_noise", "honest_crowd_noise")
 
 
 @dataclass
@@ -79,14 +104,19 @@ class WorldConfig:
         if not (0 <= self.p_rubric and 0 <= self.p_distractor and self.p_rubric + self.p_distractor <= 1):
             raise ValueError(f"p_rubric ({self.p_rubric}) and p_distractor ({self.p_distractor}) must be >= 0 "
                              "and sum to at most 1 (the rest is noise)")
-        if self.gold_per_family < 2:
-            raise ValueError(f"gold_per_family must be >= 2, got {self.gold_per_family}")
+        if isinstance(self.gold_per_family, bool) or not isinstance(self.gold_per_family, int) \
+                or self.gold_per_family < 2:
+            raise ValueError(f"gold_per_family must be an integer >= 2, got {self.gold_per_family!r}")
+        # counts, rates and noise levels: a 0 or NaN here fails minutes into a build (or a tool reading world.json)
+        check_fields(self, "world config", {**{k: positive_int for k in _COUNTS}, **{k: positive_float for k in _RATES},
+                                            **{k: nonneg_float for k in _NOISES}})
+        if not isinstance(self.corruption, dict):
+            raise ValueError(f"corruption: expected an object {{family: {{Corruption field: value}}}}, "
+                             f"got {self.corruption!r}")
         for f, c in self.corruption.items():
             if f not in FAMILIES:
                 raise ValueError(f"corruption: unknown family {f!r}; expected one of {', '.join(FAMILIES)}")
-            if not isinstance(c, dict):
-                raise ValueError(f"corruption[{f!r}]: expected an object of Corruption fields, got {c!r}")
-            config_from_dict(Corruption, c, f"corruption[{f!r}]")    # unknown field or bad kind: a clear error
+            corruption_from_dict(c, f"corruption[{f!r}]")
 
     def corruption_for(self, family: str) -> Corruption:
         if family in self.corruption:
@@ -119,4 +149,29 @@ assert set(PILOT_MIX) == set(FAMILIES)
 def load_world_config(world) -> WorldConfig:
     """The WorldConfig a world was built with (WORLD/oracle/world.json); an unknown key is a clear error."""
     path = Path(world) / "oracle" / "world.json"
-    return config_from_dict(WorldConfig, json.loads(path.read_text())["config"], str(path))
+    cfg = read_json(path, "the build record {\"config\": {WorldConfig field: value}, ...}").get("config")
+    if not isinstance(cfg, dict):
+        raise InputError(f"{path}: key 'config': expected an object {{WorldConfig field: value}}, got "
+                         f"{'nothing' if cfg is None else type(cfg).__name__}")
+    where = f"{path}: key 'config'"
+    try:
+        return config_from_dict(WorldConfig, cfg, where)       # an unknown key: InputError naming it
+    except (ValueError, TypeError) as e:       # a bad value (WorldConfig.__post_init__), one line per problem
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        raise InputError("\n".join(ln if ln.startswith(where) else f"{where}: {ln}" for ln in lines)) from None
+
+
+def load_corruption(world) -> dict:
+    """A built world's crowd corruption as the build recorded it (WORLD/oracle/corruption.json: {family:
+    {Corruption field: value, "stats": ..., "wrong_lut": ...}}), checked family by family."""
+    path = Path(world) / "oracle" / "corruption.json"
+    obj = read_json(path, "{family: {Corruption field: value, ...}} as python -m world build writes it")
+    for f, c in obj.items():
+        if f not in FAMILIES:
+            raise InputError(f"{path}: key {f!r}: unknown family; expected one of {', '.join(FAMILIES)}")
+        if not isinstance(c, dict):
+            raise InputError(f"{path}: key {f!r}: expected an object of the family's Corruption fields, got "
+                             f"{type(c).__name__}")
+        if c.get("kind") not in ("none", "wrong_rubric", "scaled"):
+            raise InputError(f"{path}: key {f!r}.kind: expected none, wrong_rubric or scaled, got {c.get('kind')!r}")
+    return obj

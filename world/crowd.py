@@ -23,7 +23,7 @@ from rlhf.vocab import CONTENT, FAMILIES
 
 from audit.corruption import Corruption, crowd_labels, policy_favourites, qa_sample, wrong_lut
 
-from .config import WorldConfig
+from .config import WorldConfig, load_world_config
 from .truth import load_truth, policy_samples, random_prompt_records
 
 def label_family(policy, truth_f, family, corruption: Corruption, n, temperature, rng, seed, favourites=None):
@@ -71,8 +71,7 @@ def draw_crowd_batch(world_dir, corruption: dict[str, Corruption], seed: int, n_
     Returns {"rows": [...], "wrong_luts": {family: lut}, "stats": {family: {...}}, "corruption": {...}}."""
     world_dir = Path(world_dir)
     truth = load_truth(world_dir)
-    wcfg = json.loads((world_dir / "oracle" / "world.json").read_text())["config"]
-    n = n_per_family or wcfg["crowd_per_family"]
+    n = n_per_family or load_world_config(world_dir).crowd_per_family
     policy, _ = load_policy(world_dir / "task" / "policy")
     rng = np.random.default_rng(seed)
     rows, luts, stats = [], {}, {}

@@ -32,6 +32,7 @@ from rlhf.vocab import CONTENT0, FAMILIES
 from .calibrate import pearson, rm_agreement, rm_scores
 from .config import Corruption, load_world_config
 from audit.corruption import count_row_mask, policy_favourites, wrong_lut
+from .cli import Parser, check_output_file, seed_list
 from .truth import load_truth, match_fraction, require_built_world
 
 REPLACED_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -146,20 +147,18 @@ def render(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m world.decompose", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="python -m world.decompose", description=__doc__.splitlines()[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("world", type=Path)
-    ap.add_argument("--rm-seeds", default="", help="comma-separated RM training seeds to retrain with (slow)")
+    ap.add_argument("--rm-seeds", type=seed_list, default=[],
+                    help="comma-separated RM training seeds to retrain with (slow)")
     ap.add_argument("--json", default=None, help="also write the figures as JSON here")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     require_built_world(a.world)
-    try:
-        seeds = [int(x) for x in a.rm_seeds.split(",") if x.strip()]
-    except ValueError:
-        ap.error(f"--rm-seeds {a.rm_seeds!r}: expected comma-separated integers")
+    check_output_file(a.json, "--json")
     setup_torch()
-    res = decompose(a.world, seeds, quiet=a.quiet)
+    res = decompose(a.world, a.rm_seeds, quiet=a.quiet)
     print(render(res))
     if a.json:
         write_json(a.json, res)

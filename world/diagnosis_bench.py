@@ -40,10 +40,12 @@ import numpy as np
 
 from audit.stats import auroc
 from rlhf.atomic import atomic_write_text
+from rlhf.common import positive_float, positive_int, seed_arg
 from rlhf.data import write_json
 from rlhf.errors import run_cli
 from rlhf.vocab import FAMILIES
 
+from .cli import Parser, check_output_file
 from .config import Corruption
 from .hazard import hazard_labels
 from .truth import require_built_world
@@ -299,11 +301,11 @@ def table(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m world.diagnosis_bench", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="python -m world.diagnosis_bench", description=__doc__.splitlines()[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("worlds", nargs="+")
-    ap.add_argument("--rms", type=int, default=None, help="RMs per world (default 8; quick 2)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rms", type=positive_int, default=None, help="RMs per world (default 8; quick 2)")
+    ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--ray", "--address", dest="address", default=None, metavar="ADDRESS",
                     help="a Ray cluster's address, as `audit.certify --ray` takes it (default or 'local': a local Ray)")
     ap.add_argument("--quick", action="store_true", help="tiny settings (tests, smoke runs)")
@@ -324,6 +326,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     for w in a.worlds:
         require_built_world(w)
+    check_output_file(a.out, "--out")
     if a.address not in (None, "local"):
         from audit.stress_ray import check_reachable
         try:
@@ -336,9 +339,10 @@ def main(argv=None) -> int:
     if a.alt_label:
         try:
             steps, lr = a.alt_label.split(",")
-            alt = (int(steps), float(lr))
-        except ValueError:
-            ap.error(f"--alt-label {a.alt_label}: expected STEPS,LR (e.g. 400,1e-3)")
+            alt = (positive_int(steps), positive_float(lr))
+        except (ValueError, argparse.ArgumentTypeError):
+            ap.error(f"--alt-label {a.alt_label}: expected STEPS,LR: an integer >= 1 and a finite number > 0 "
+                     "(e.g. 400,1e-3)")
         cfg = dataclasses.replace(cfg, alt_label=alt)
     cfg = dataclasses.replace(cfg, regime=a.regime, cache_dir=a.cache_dir,
                               diagnostic_args=tuple(cfg.diagnostic_args) + tuple(a.diagnostic_arg))

@@ -20,11 +20,13 @@ import numpy as np
 
 from audit import diagnostic as D
 from audit.recovery import uniform_prompts
-from rlhf.common import setup_torch
+from rlhf.common import positive_int, setup_torch
 from rlhf.data import read_jsonl, write_json
 from rlhf.errors import run_cli
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
+
+from .cli import Parser, check_output_file, count_list, seed_list
 
 
 def kept(prep, pol_rm, pol_rub, cfg, eval_prompts=None) -> dict:
@@ -37,21 +39,19 @@ def kept(prep, pol_rm, pol_rub, cfg, eval_prompts=None) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m world.diagnostic_noise", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="python -m world.diagnostic_noise", description=__doc__.splitlines()[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--task", required=True, help="a task dir (policy/, data/prompts_train.jsonl)")
     ap.add_argument("--rm-dir", required=True, help="the RM (rm.safetensors, config.json, train.jsonl)")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--eval-draws", type=int, default=4)
-    ap.add_argument("--eval-prompts", default="600,4800", help="eval sizes per family to re-measure at")
+    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2])
+    ap.add_argument("--eval-draws", type=positive_int, default=4)
+    ap.add_argument("--eval-prompts", type=count_list, default=[600, 4800],
+                    help="eval sizes per family to re-measure at")
     ap.add_argument("--out", default=None, help="JSON with every kept share")
     ap.add_argument("--quick", action="store_true", help="tiny settings (tests, smoke runs)")
     a = ap.parse_args(argv)
-    try:
-        seeds = [int(s) for s in a.seeds.split(",")]
-        sizes = [int(n) for n in a.eval_prompts.split(",")]
-    except ValueError:
-        ap.error("--seeds and --eval-prompts: expected comma-separated integers")
+    seeds, sizes = a.seeds, a.eval_prompts
+    check_output_file(a.out, "--out")
     if len(seeds) < 2 or a.eval_draws < 2:
         ap.error("need at least two seeds and two eval draws to measure a spread")
     task = Path(a.task)

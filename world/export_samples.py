@@ -3,10 +3,11 @@ truth for the samples front door (python -m audit.samples).
 
 For the reference policy and every shipped run, `--samples` fresh prompts per family (uniform attributes) and one
 temperature-1.0 sample each, scored by the task's RM (proxy_reward); a simple random subset of `--gold` rows per
-run x family labelled by the world's experts (the rubric's match fraction + the world's expert noise). The exact
-true quality of every run x family (the oracle rubric on `--truth-samples` further fresh samples a family, with
-its Monte-Carlo standard error; and the exact mean of the exported rows themselves) is written apart, to
-DIR/oracle/truth.json: the audit never reads it (grading only: world/samples_coverage.py).
+run x family (at most `--samples`, refused beyond it; equal labels every sample) labelled by the world's experts
+(the rubric's match fraction + the world's expert noise). The exact true quality of every run x family (the
+oracle rubric on `--truth-samples` further fresh samples a family, with its Monte-Carlo standard error; and the
+exact mean of the exported rows themselves) is written apart, to DIR/oracle/truth.json: the audit never reads it
+(grading only: world/samples_coverage.py).
 
     DIR/samples.{jsonl,csv,parquet}   sample_id, run, family, prompt_id, prompt, completion, proxy_reward
     DIR/gold.{jsonl,csv,parquet}      sample_id, gold
@@ -15,7 +16,6 @@ DIR/oracle/truth.json: the audit never reads it (grading only: world/samples_cov
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import time
@@ -24,15 +24,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlhf.common import setup_torch
+from rlhf.common import positive_int, seed_arg, setup_torch
 from rlhf.data import prompts_tensor
+from rlhf.errors import InputError
 from rlhf.model import load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 
+from .cli import Parser
 from .config import RUNS, load_world_config
-from .truth import (load_truth, match_fraction, policy_samples, random_prompt_records, require_built_world,
-                    true_quality)
+from .truth import (expert_noise, load_truth, match_fraction, policy_samples, random_prompt_records,
+                    require_built_world, true_quality)
 
 REFERENCE = "reference"
 
@@ -51,13 +53,31 @@ def write_table(rows: list[dict], path: Path) -> None:
         pq.write_table(tab, path)
 
 
+def check_export(world, out, samples: int, gold: int, truth_samples: int) -> None:
+    """InputError (exit 2), before any work, for what export would refuse or lose: a world that is not a built
+    one, counts below 1, more gold rows than samples (the gold rows are a subset of each cell's samples: --gold
+    equal to --samples labels every sample), an --out that is not an export (export replaces it whole)."""
+    require_built_world(world)
+    for flag, v in (("--samples", samples), ("--gold", gold), ("--truth-samples", truth_samples)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{flag} {v}: expected an integer >= 1")
+    if gold > samples:
+        raise InputError(f"--gold {gold} exceeds --samples {samples}: the gold rows are a random subset of each run x "
+                         "family cell's samples (at most --samples; equal labels every sample)")
+    out = Path(out)
+    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / "oracle" / "truth.json").is_file())):
+        raise InputError(f"--out {out}: exists and is not an export of python -m world export-samples (no "
+                         "oracle/truth.json); export replaces its --out whole: choose a new or empty directory")
+
+
 def export(world, out, *, samples: int = 1000, gold: int = 100, seed: int = 0, truth_samples: int = 4000,
            fmt: str = "jsonl", runs=None, quiet: bool = False) -> dict:
     setup_torch()
     world, out = Path(world), Path(out)
     task = world / "task"
+    check_export(world, out, samples, gold, truth_samples)
     truth = load_truth(world)
-    noise = json.loads((world / "oracle" / "truth.json").read_text())["expert_noise_sd"]
+    noise = expert_noise(world)
     rm, _ = load_rm(task / "reward_model")
     rng = np.random.default_rng(seed)
     names = [REFERENCE] + [r[0] for r in RUNS if (task / "runs" / r[0]).is_dir()]
@@ -74,7 +94,7 @@ def export(world, out, *, samples: int = 1000, gold: int = 100, seed: int = 0, t
             proxy = score(rm, prompts_tensor(recs), torch.as_tensor(resp + CONTENT0)).numpy()
             q = match_fraction(truth[f]["assign"], truth[f]["lut"], attrs, resp)
             rows_mean[f] = float(q.mean())
-            labelled = set(rng.choice(samples, size=min(gold, samples), replace=False).tolist())
+            labelled = set(rng.choice(samples, size=gold, replace=False).tolist())     # gold <= samples
             for i, (rec, rr) in enumerate(zip(recs, resp)):
                 sid = f"{name}/{f}/{i}"
                 srows.append({"sample_id": sid, "run": name, "family": f, "prompt_id": rec["id"],
@@ -104,16 +124,20 @@ def export(world, out, *, samples: int = 1000, gold: int = 100, seed: int = 0, t
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m world export-samples", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world export-samples", description=__doc__.splitlines()[0])
     ap.add_argument("world")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--samples", type=int, default=1000, help="samples per run x family (default 1000)")
-    ap.add_argument("--gold", type=int, default=100, help="gold rows per run x family (default 100)")
-    ap.add_argument("--truth-samples", type=int, default=4000, help="oracle samples per family for the truth")
+    ap.add_argument("--out", required=True,
+                    help="a new or empty directory, or an earlier export (replaced whole, once the new one is done)")
+    ap.add_argument("--samples", type=positive_int, default=1000, help="samples per run x family (default 1000)")
+    ap.add_argument("--gold", type=positive_int, default=100,
+                    help="gold rows per run x family (default 100): a random subset of the cell's --samples, so at "
+                         "most --samples (equal: every sample labelled)")
+    ap.add_argument("--truth-samples", type=positive_int, default=4000,
+                    help="oracle samples per family for the truth")
     ap.add_argument("--format", choices=["jsonl", "csv", "parquet"], default="jsonl")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_arg, default=0)
     a = ap.parse_args(argv)
-    require_built_world(a.world)
+    check_export(a.world, a.out, a.samples, a.gold, a.truth_samples)
     export(a.world, a.out, samples=a.samples, gold=a.gold, seed=a.seed, truth_samples=a.truth_samples, fmt=a.format)
     print(f"wrote {a.out}/samples.{a.format}, gold.{a.format}, oracle/truth.json")
     return 0

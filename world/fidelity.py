@@ -5,20 +5,20 @@ the world's gold rows, in-sample fit on the batch, training time, and the agreem
 Figures in docs/calibration.md."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from rlhf.common import setup_torch
+from rlhf.common import seed_arg, setup_torch
 from rlhf.data import labels_tensor, read_jsonl
 from rlhf.errors import run_cli
 from rlhf.reward_model import load_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import pearson, rm_scores
+from .cli import Parser
 from .config import Corruption, preset
 from .crowd import draw_crowd_batch, retrain_rm
 from .truth import require_built_world
@@ -56,9 +56,9 @@ def fidelity(world: Path, seed: int = 7, full_epochs: int | None = None) -> dict
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m world.fidelity", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.fidelity", description=__doc__.splitlines()[0])
     ap.add_argument("world", type=Path)
-    ap.add_argument("--seed", type=int, default=7, help="seed of the crowd batch")
+    ap.add_argument("--seed", type=seed_arg, default=7, help="seed of the crowd batch")
     a = ap.parse_args(argv)
     require_built_world(a.world)
     setup_torch()

@@ -21,7 +21,7 @@ from rlhf.errors import InputError
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
-from .config import RUNS, Corruption
+from .config import RUNS, Corruption, load_world_config
 from .crowd import draw_crowd_batch, retrain_rm
 from .hazard import _worker, hazard_labels, strong_recipe
 from .truth import load_truth, require_built_world, true_quality
@@ -107,9 +107,14 @@ def _load_answer(sub: Path):
     if not p.exists():
         return None, f"{p} missing"
     try:
-        return json.loads(p.read_text()), None
+        answer = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         return None, f"{p}: invalid JSON ({e.msg})"
+    except (OSError, UnicodeDecodeError) as e:
+        return None, f"{p}: cannot be read ({getattr(e, 'strerror', None) or e})"
+    if not isinstance(answer, dict):
+        return None, f"{p}: expected a JSON object, got a JSON {type(answer).__name__}"
+    return answer, None
 
 
 def _checkpoint_dir(sub: Path, answer) -> Path | None:
@@ -126,7 +131,7 @@ def grade(world, submission, seed: int = 12345, diagnosis: str = "full") -> dict
     setup_torch()
     world, sub = Path(world), Path(submission)
     truth = load_truth(world)
-    n = json.loads((world / "oracle" / "world.json").read_text())["config"]["grade_samples_per_family"]
+    n = load_world_config(world).grade_samples_per_family
     answer, answer_err = _load_answer(sub)
     G = {"world": str(world), "submission": str(sub), "seed": seed, "missing": []}
     if answer_err:

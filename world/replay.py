@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhf.common import setup_torch
+from rlhf.common import positive_int, seed_arg, setup_torch
 from rlhf.data import read_jsonl, write_json
-from rlhf.errors import run_cli
+from rlhf.errors import InputError, run_cli
 from rlhf.model import load_policy
 from rlhf.reward_model import save_rm
 from rlhf.train_rl import train_rl
@@ -32,24 +32,42 @@ from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import rm_agreement
-from .config import Corruption, load_world_config
+from .cli import Parser
+from .config import corruption_from_dict, load_world_config
 from .crowd import crowd_batch, qa_sample
 from .hazard import strong_recipe
 from .truth import load_truth, require_built_world, true_quality
 
 
-def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: bool = True,
-           rm_epochs: int | None = None) -> dict:
-    world, out = Path(world), Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    truth = load_truth(world)
+def replay_config(world, out, corruption, rm_epochs: int | None = None):
+    """The world's config with --corruption and --rm-epochs applied, or InputError (exit 2) before any work:
+    WORLD not a built world, --corruption not {family: {Corruption field: value}}, OUT a file."""
+    world, out = require_built_world(world), Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory; expected the directory to write the replay to")
     cfg = load_world_config(world)
     if rm_epochs is not None:
         cfg.rm_epochs = rm_epochs
+    if not isinstance(corruption, dict):
+        raise InputError("--corruption: expected a JSON object {family: {Corruption field: value}}")
     for f, d in corruption.items():
         if f not in FAMILIES:
-            raise ValueError(f"--corruption: unknown family {f!r}; expected one of {FAMILIES}")
-        cfg.corruption[f] = dataclasses.asdict(Corruption(**{**dataclasses.asdict(cfg.corruption_for(f)), **d}))
+            raise InputError(f"--corruption: unknown family {f!r}; expected one of {', '.join(FAMILIES)}")
+        if not isinstance(d, dict):
+            raise InputError(f"--corruption: key {f!r}: expected an object of Corruption fields, got {d!r}")
+        try:
+            c = corruption_from_dict({**dataclasses.asdict(cfg.corruption_for(f)), **d}, f"--corruption: key {f!r}")
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        cfg.corruption[f] = dataclasses.asdict(c)
+    return cfg
+
+
+def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: bool = True,
+           rm_epochs: int | None = None) -> dict:
+    world, out = Path(world), Path(out)
+    cfg = replay_config(world, out, corruption, rm_epochs)      # every input checked before OUT is touched
+    truth = load_truth(world)
     policy, _ = load_policy(world / "task" / "policy")
     rng = np.random.default_rng(seed + 12345)
     t0 = time.time()
@@ -76,21 +94,23 @@ def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: 
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m world.replay", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="python -m world.replay", description=__doc__.splitlines()[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("world")
     ap.add_argument("out")
     ap.add_argument("--corruption", default="{}", help="JSON {family: {Corruption field: value}}")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rm-epochs", type=int, default=None, help="default: the world's own (its config's rm_epochs)")
+    ap.add_argument("--seed", type=seed_arg, default=0)
+    ap.add_argument("--rm-epochs", type=positive_int, default=None,
+                    help="default: the world's own (its config's rm_epochs)")
     ap.add_argument("--no-rl", action="store_true")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
-    require_built_world(a.world)
     try:
         corruption = json.loads(a.corruption)
     except json.JSONDecodeError as e:
-        ap.error(f"--corruption: not valid JSON ({e.msg})")
+        raise InputError(f"--corruption: not valid JSON ({e.msg}); expected {{family: {{Corruption field: value}}}}") \
+            from None
+    replay_config(a.world, a.out, corruption, a.rm_epochs)     # exit 2 before any work, OUT untouched
     setup_torch()
     print(json.dumps(replay(a.world, a.out, corruption, a.seed, rl=not a.no_rl, quiet=a.quiet,
                                    rm_epochs=a.rm_epochs), indent=1))

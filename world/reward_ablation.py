@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from rlhf.common import setup_torch
+from rlhf.common import positive_int, seed_arg, setup_torch
+from rlhf.data import write_json
 from rlhf.errors import run_cli
 from rlhf.reward_model import load_rm, score
 from rlhf.train_rl import RLTrainer
 from rlhf.vocab import FAMILIES
 
+from .cli import Parser, check_output_file
 from .truth import load_truth, require_built_world, true_quality
 
 REWARDS = ("rubric", "rm", "hybrid")
@@ -76,16 +77,17 @@ def run(world: Path, kind: str, tables, rm, rm_families: set, seed: int, n_eval:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m world.reward_ablation", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="python -m world.reward_ablation", description=__doc__.splitlines()[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("world")
     ap.add_argument("--rewards", default=",".join(REWARDS))
     ap.add_argument("--rm-families", default="", help="families rewarded by the RM under 'hybrid'")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-eval", type=int, default=3000, help="fresh prompts a family for the exact quality")
+    ap.add_argument("--seed", type=seed_arg, default=0)
+    ap.add_argument("--n-eval", type=positive_int, default=3000, help="fresh prompts a family for the exact quality")
     ap.add_argument("--out", default=None, help="JSON with every row")
     a = ap.parse_args(argv)
-    world = require_built_world(a.world)
+    world = require_built_world(a.world)       # its oracle too: a corrupt truth.json is refused before training
+    check_output_file(a.out, "--out")
     kinds = [k for k in a.rewards.split(",") if k]
     fams = {f for f in a.rm_families.split(",") if f}
     if bad := [k for k in kinds if k not in REWARDS] + sorted(fams - set(FAMILIES)):
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
               + " ".join(f"{f} {v:.3f}" for f, v in r["exact_per_family"].items()) + f" ({r['train_s']}s)",
               flush=True)
     if a.out:
-        Path(a.out).write_text(json.dumps(rows, indent=2) + "\n")
+        write_json(a.out, rows)
     return 0
 
 

@@ -13,11 +13,10 @@ claims use (audit.samples_audit), and compared with the exact true quality (orac
                 with gold (claim proxy.agrees_with_gold passes) and where it does not
 
 `--gold 100,50,25` repeats the audit with smaller gold subsets (random subsets of the exported one, per cell).
-Exports are cached under --cache (default WORLD/samples_export) by their settings.
+Exports are cached under --cache (default /tmp/samples_export) by their settings.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -26,11 +25,14 @@ import numpy as np
 
 from audit.samples_audit import SamplesAudit, SamplesConfig
 from audit.samples_table import DesignConfig, load
-from rlhf.errors import run_cli
+from rlhf.common import positive_int
+from rlhf.data import write_json
+from rlhf.errors import InputError, run_cli
 
-from .export_samples import export
+from .cli import Parser, check_output_file, count_list, seed_list
+from .export_samples import check_export, export
 from .grade import exact_rule
-from .truth import require_built_world
+from .truth import read_json, require_built_world
 
 
 def _within(ci, v) -> bool:
@@ -38,7 +40,7 @@ def _within(ci, v) -> bool:
 
 
 def audit_world(exp_dir: Path, gold: int, seed: int) -> dict:
-    truth = json.loads((exp_dir / "oracle" / "truth.json").read_text())
+    truth = read_json(exp_dir / "oracle" / "truth.json", "an export's truth (python -m world export-samples)")
     t = load(exp_dir / "samples.jsonl", exp_dir / "gold.jsonl", reference=truth["reference"],
              design=DesignConfig(min_gold=min(10, gold)))
     rng = np.random.default_rng(seed + gold)
@@ -132,26 +134,36 @@ def markdown(per_budget: dict, summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m world.samples_coverage", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.samples_coverage", description=__doc__.splitlines()[0])
     ap.add_argument("worlds", nargs="+")
-    ap.add_argument("--samples", type=int, default=1000, help="samples per run x family")
-    ap.add_argument("--gold", default="100,50,25", help="gold rows per run x family, comma-separated budgets")
-    ap.add_argument("--truth-samples", type=int, default=4000)
-    ap.add_argument("--seeds", default="0", help="export seeds, comma-separated: each an independent draw of every "
-                    "run's samples and gold subset from the same world (default 0)")
-    ap.add_argument("--cache", default=None, help="where exports are kept (default WORLD/../.samples_export)")
+    ap.add_argument("--samples", type=positive_int, default=1000, help="samples per run x family")
+    ap.add_argument("--gold", type=count_list, default=[100, 50, 25],
+                    help="gold rows per run x family, comma-separated budgets (each at most --samples)")
+    ap.add_argument("--truth-samples", type=positive_int, default=4000)
+    ap.add_argument("--seeds", type=seed_list, default=[0],
+                    help="export seeds, comma-separated: each an independent draw of every run's samples and gold "
+                         "subset from the same world (default 0)")
+    ap.add_argument("--cache", default=None, help="where exports are kept (default /tmp/samples_export)")
     ap.add_argument("--out", default=None, help="write every figure here (JSON)")
     ap.add_argument("--markdown", action="store_true", help="also print the tables as markdown (docs/samples.md)")
     a = ap.parse_args(argv)
-    budgets = sorted({int(g) for g in a.gold.split(",")}, reverse=True)
+    budgets = sorted(set(a.gold), reverse=True)
     t0 = time.time()
     per_budget = {g: [] for g in budgets}
-    seeds = [int(x) for x in a.seeds.split(",")]
-    for w in a.worlds:
+    seeds = a.seeds
+    for w in a.worlds:                      # the worlds and every setting before any work (exit 2, nothing written)
         require_built_world(w)
-    for w, seed in [(Path(w), s) for w in a.worlds for s in seeds]:
-        cache = Path(a.cache) if a.cache else Path("/tmp") / "samples_export"
-        exp = cache / f"{w.name}-n{a.samples}-g{budgets[0]}-t{a.truth_samples}-s{seed}"
+    check_output_file(a.out, "--out")
+    cache = Path(a.cache) if a.cache else Path("/tmp") / "samples_export"
+    if cache.exists() and not cache.is_dir():
+        raise InputError(f"--cache {cache}: exists and is not a directory")
+    exports = [(Path(w), s, cache / f"{Path(w).name}-n{a.samples}-g{budgets[0]}-t{a.truth_samples}-s{s}")
+               for w in a.worlds for s in seeds]
+    for w, seed, exp in exports:            # every export's settings (and an earlier export there) before any work
+        check_export(w, exp, a.samples, budgets[0], a.truth_samples)
+        if (exp / "oracle" / "truth.json").exists():
+            read_json(exp / "oracle" / "truth.json", "an export's truth (python -m world export-samples)")
+    for w, seed, exp in exports:
         if not (exp / "oracle" / "truth.json").exists():
             export(w, exp, samples=a.samples, gold=budgets[0], seed=seed, truth_samples=a.truth_samples,
                    quiet=True)
@@ -174,8 +186,8 @@ def main(argv=None) -> int:
     if a.markdown:
         print(markdown(per_budget, summary))
     if a.out:
-        Path(a.out).write_text(json.dumps({"settings": vars(a), "summary": summary,
-                                           "worlds": {g: per_budget[g] for g in budgets}}, indent=1) + "\n")
+        write_json(a.out, {"settings": vars(a), "summary": summary,
+                           "worlds": {g: per_budget[g] for g in budgets}})
     return 0
 
 

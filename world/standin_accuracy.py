@@ -35,6 +35,7 @@ from rlhf.model import CheckpointError, load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0
 
+from .cli import Parser, check_output_file, seed_list
 from .truth import load_truth, require_built_world, rubric_tokens
 
 
@@ -85,19 +86,17 @@ def measure(world: Path, rm_dirs: list, cfg: DiagnosticConfig, seeds: list, eval
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m world.standin_accuracy", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="python -m world.standin_accuracy", description=__doc__.splitlines()[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--world", required=True, help="a built world (task/ and oracle/)")
     ap.add_argument("--rm-dirs", required=True, help="comma-separated RM dirs (rm.safetensors, config.json, train.jsonl)")
-    ap.add_argument("--seeds", default="0,1,2", help="stand-in draws to average over")
+    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="stand-in draws to average over")
     ap.add_argument("--diagnostic-arg", action="append", default=[], help="a DiagnosticConfig flag, as the CLI's")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     world = require_built_world(a.world)
-    try:
-        seeds = [int(s) for s in a.seeds.split(",")]
-    except ValueError:
-        ap.error(f"--seeds {a.seeds!r}: expected comma-separated integers")
+    seeds = a.seeds
+    check_output_file(a.out, "--out")
     dirs = [Path(p) for p in a.rm_dirs.split(",") if p]
     for p in [world / "task" / "policy" / "config.json",
               *(d / n for d in dirs for n in ("rm.safetensors", "train.jsonl"))]:

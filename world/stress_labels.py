@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
 from audit.hazard import hazard_labels
+from rlhf.common import positive_int, seed_arg
 from rlhf.data import write_json
 from rlhf.errors import InputError, run_cli
 from rlhf.vocab import FAMILIES
 
 from .hazard import _worker, strong_recipe
-from .truth import require_built_world
+from .cli import Parser, check_output_file
+from .truth import read_json, require_built_world
 
 
 def stress_results(stress_dir: Path) -> dict:
@@ -40,7 +41,7 @@ def stress_results(stress_dir: Path) -> dict:
     for p in sorted(stress_dir.glob("*.json")):
         if p.name == "rubric_gain.json":
             continue
-        res = json.loads(p.read_text())
+        res = read_json(p, "a stress batch's stored result (audit.certify's stress stage)")
         if "hazard" in res and (stress_dir / f"rm-{p.stem}" / "rm.safetensors").is_file():
             out[p.stem] = res
     if not out:
@@ -69,24 +70,24 @@ def compare_labels(results: dict, oracle_gains: dict, rubric_gain: dict) -> dict
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m world.stress_labels", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="python -m world.stress_labels", description=__doc__.splitlines()[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--world", required=True, help="the built world (task/ and oracle/) the certify run audited")
     ap.add_argument("--stress-dir", required=True, help="OUT/.cache/<key>/stress of that certify run")
-    ap.add_argument("--seed", type=int, default=0,
+    ap.add_argument("--seed", type=seed_arg, default=0,
                     help="seed of SPEC's RL runs and their eval prompts (another seed measures the rule's own noise)")
-    ap.add_argument("--steps", type=int, default=1500, help="SPEC §3's hazard recipe: 1,500 steps at lr 3e-4")
-    ap.add_argument("--batch-prompts", type=int, default=32)
-    ap.add_argument("--samples-per-prompt", type=int, default=8)
-    ap.add_argument("--n-eval", type=int, default=3000, help="fresh prompts a family for the exact quality changes")
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes, one thread each")
+    ap.add_argument("--steps", type=positive_int, default=1500, help="SPEC §3's hazard recipe: 1,500 steps at lr 3e-4")
+    ap.add_argument("--batch-prompts", type=positive_int, default=32)
+    ap.add_argument("--samples-per-prompt", type=positive_int, default=8)
+    ap.add_argument("--n-eval", type=positive_int, default=3000,
+                    help="fresh prompts a family for the exact quality changes")
+    ap.add_argument("--jobs", type=positive_int, default=2, help="worker processes, one thread each")
     ap.add_argument("--cache-dir", default=None, help="1,500-step gains cache (default WORLD/stress_label_cache)")
     ap.add_argument("--out", default=None, help="also write the comparison here (JSON)")
     a = ap.parse_args(argv)
-    if a.jobs < 1:
-        ap.error(f"--jobs {a.jobs}: expected an integer >= 1")
     world = require_built_world(a.world)
     results = stress_results(Path(a.stress_dir))
+    check_output_file(a.out, "--out")
     recipe = dataclasses.asdict(strong_recipe(world / "task", a.steps, a.batch_prompts, a.samples_per_prompt, a.seed))
     cache = str(Path(a.cache_dir) if a.cache_dir else world / "stress_label_cache")
     keys = list(results)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from audit.corruption import match_fraction  # noqa: F401 (re-exported: world.truth.match_fraction)
-from rlhf.data import prompts_tensor
+from rlhf.data import json_error, prompts_tensor
 from rlhf.errors import InputError
 from rlhf.model import sample
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES, N_CONTENT, RESP_LEN
@@ -70,18 +70,110 @@ def truth_to_json(truth: dict, expert_noise: float) -> dict:
     return {"families": fam, "expert_noise_sd": expert_noise}
 
 
+def read_json(path, expected: str = "a JSON object") -> dict:
+    """The JSON object in `path` (a world's oracle file, an export's truth, a cached result), or InputError naming
+    the file and what is wrong with it: missing, unreadable, not JSON (a truncated write), not an object."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found; expected {expected}") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory; expected a file holding {expected}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text; expected {expected}") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror}); expected {expected}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "the file is empty" if not text.strip() else f"not valid JSON ({json_error(e)})"
+        raise InputError(f"{path}: {what}; expected {expected}") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}: expected {expected}, got a JSON {type(obj).__name__}")
+    return obj
+
+
+# every built world has these (python -m world build writes world.json last, then renames the dir into place)
+ORACLE_JSON = {"truth.json": "the hidden rubric {\"families\": ..., \"expert_noise_sd\": ...}",
+               "world.json": "the build record {\"config\": {WorldConfig field: value}, ...}"}
+
+
 def require_built_world(world) -> Path:
-    """WORLD as a Path, or InputError when it is not a built world (a world tool's first check, before any work)."""
+    """WORLD as a Path, or InputError when it is not a built world (a world tool's first check, before any work):
+    no such directory, no oracle/truth.json or oracle/world.json, or one of the oracle's JSON files (those two
+    and corruption.json) unreadable, truncated or not what the build writes. The message names the file and the
+    key, so a tool never fails on them later, after minutes of work or with an output half written."""
     world = Path(world)
-    if not (world / "oracle" / "truth.json").is_file():
-        what = "no such directory" if not world.exists() else "no oracle/truth.json"
-        raise InputError(f"{world}: not a built world ({what}; build one with python -m world build --out DIR)")
+    for name in ORACLE_JSON:
+        if not (world / "oracle" / name).is_file():
+            what = "no such directory" if not world.exists() else f"no oracle/{name}"
+            raise InputError(f"{world}: not a built world ({what}; build one with python -m world build --out DIR)")
+    load_truth(world)
+    from .config import load_corruption, load_world_config     # world.config imports this module
+    load_world_config(world)
+    if (world / "oracle" / "corruption.json").exists():
+        load_corruption(world)
     return world
+
+
+def read_truth_json(world) -> dict:
+    """WORLD/oracle/truth.json as the build wrote it, checked (InputError naming the file and the key)."""
+    path = Path(world) / "oracle" / "truth.json"
+    obj = read_json(path, ORACLE_JSON["truth.json"])
+    check_truth_json(obj, str(path))
+    return obj
 
 
 def load_truth(world) -> dict:
     """A built world's hidden rubric (WORLD/oracle/truth.json)."""
-    return truth_from_json(json.loads((Path(world) / "oracle" / "truth.json").read_text()))
+    return truth_from_json(read_truth_json(world))
+
+
+def expert_noise(world) -> float:
+    """The sd of the world's expert labels (WORLD/oracle/truth.json's expert_noise_sd)."""
+    return float(read_truth_json(world)["expert_noise_sd"])
+
+
+def check_truth_json(obj: dict, where: str = "truth.json") -> None:
+    """InputError naming the key when `obj` is not a truth.json as truth_to_json writes it: every family with
+    an assign and a distractor_assign (8 attributes in 0..3) and a lut and distractor_lut (8 rows of 8 content
+    tokens), and a finite expert_noise_sd >= 0."""
+    def bad(key: str, want: str, got) -> InputError:
+        return InputError(f"{where}: key {key!r}: expected {want}, got {_short(got)}")
+
+    fams = obj.get("families")
+    if not isinstance(fams, dict):
+        raise bad("families", "an object {family: rubric}", fams)
+    if missing := [f for f in FAMILIES if f not in fams]:
+        raise InputError(f"{where}: key 'families': no entry for {', '.join(missing)}; expected every family "
+                         f"({', '.join(FAMILIES)})")
+    if unknown := sorted(set(fams) - set(FAMILIES)):
+        raise InputError(f"{where}: key 'families': unknown family {unknown[0]!r}; expected {', '.join(FAMILIES)}")
+    content = set(CONTENT)
+    for f in FAMILIES:
+        t = fams[f]
+        if not isinstance(t, dict):
+            raise bad(f"families.{f}", "an object with assign, lut, distractor_assign, distractor_lut", t)
+        for key in ("assign", "distractor_assign"):
+            v = t.get(key)
+            if (not isinstance(v, list) or len(v) != RESP_LEN
+                    or any(isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < 4 for a in v)):
+                raise bad(f"families.{f}.{key}", f"{RESP_LEN} attribute indices in 0..3", v)
+        for key in ("lut", "distractor_lut"):
+            v = t.get(key)
+            if (not isinstance(v, list) or len(v) != RESP_LEN
+                    or any(not isinstance(row, list) or len(row) != 8 or any(x not in content for x in row)
+                           for row in v)):
+                raise bad(f"families.{f}.{key}", f"{RESP_LEN} rows of 8 content tokens", v)
+    noise = obj.get("expert_noise_sd")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < float("inf"):
+        raise bad("expert_noise_sd", "a finite number >= 0", noise)
+
+
+def _short(v, n: int = 60) -> str:
+    r = "missing" if v is None else repr(v)
+    return r if len(r) <= n else r[:n] + "..."
 
 
 def truth_from_json(obj: dict) -> dict:

@@ -12,24 +12,24 @@ the SPEC rather than from what our worlds do:
 - "strong" = a wrong rubric with at least STRONG_REPLACED of its LUT replaced: below that, RL against such an RM
   was measured to *raise* the family (60% replaced: +0.01..+0.03; docs/calibration.md), so a milder
   corruption's direction is reported, not asserted.
-Exits 1, naming what does not hold, when the picture fails; 2 when WORLD is not a built world."""
+Exits 3, naming what does not hold, when the picture fails; 2 when WORLD is not a built world (or its oracle
+files are unreadable, truncated or malformed: the message names the file)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from rlhf.common import setup_torch
 from rlhf.data import write_json
-from rlhf.errors import EXIT_FINDING, InputError
+from rlhf.errors import EXIT_FINDING
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
 from audit.hazard import FIFTH, hazardous
 
 from .calibrate import quality_changes, render
-from .config import load_world_config
+from .config import load_corruption, load_world_config
 from .truth import load_truth, require_built_world, true_quality
 
 RUN = "kl002-s1500"
@@ -86,7 +86,7 @@ def figures(world, seed: int = 0) -> dict:
     for name, d in (("reference", world / "task" / "policy"), (RUN, world / "task" / "runs" / RUN)):
         pol, _ = load_policy(d)
         q[name] = true_quality(pol, truth, n, seed)
-    corruption = json.loads((world / "oracle" / "corruption.json").read_text())
+    corruption = load_corruption(world)
     return {"variant": cfg.variant, "quality": q, "change": quality_changes(q)[RUN],
             "corruption": {f: {k: c.get(k) for k in ("kind", "replaced_share", "scale", "rho", "count_rows",
                                                       "replacement", "stats")} for f, c in corruption.items()}}
@@ -94,12 +94,9 @@ def figures(world, seed: int = 0) -> dict:
 
 def main(world, seed: int = 0, json_out=None) -> int:
     """Exit status 3 (rlhf.errors.EXIT_FINDING) when the picture does not hold: the job ran, the world differs."""
-    require_built_world(world)
+    require_built_world(world)         # its oracle files too (world.json's unknown keys, bad values): exit 2
     setup_torch()
-    try:
-        fig = figures(world, seed)
-    except ValueError as e:            # world.json that does not load (an unknown key, a bad value)
-        raise InputError(str(e)) from None
+    fig = figures(world, seed)
     R = picture(fig["quality"]["reference"]["balanced"], fig["change"], fig["corruption"])
     print(f"world {world} (variant {fig['variant']})")
     print(render(R, False, head=("figure", "role", "this world", "expected", "holds")))
