@@ -9,7 +9,6 @@ python -m audit.bench_stress --task DIR [--examples 1 --seed 0 --threads 2 --pat
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -24,6 +23,7 @@ from .diagnostic import DiagnosticConfig
 from .recovery import RecoveryConfig, recover_rubrics
 from .stress import StressConfig, stress
 from .task import load_task
+from rlhf.cli import Parser
 
 
 PATHS = {"serial": dict(stacked=False), "stacked": dict(stacked=True, share_stand_in_runs=True),
@@ -31,7 +31,7 @@ PATHS = {"serial": dict(stacked=False), "stacked": dict(stacked=True, share_stan
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m audit.bench_stress", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m audit.bench_stress", description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True)
     ap.add_argument("--examples", type=int, default=1, help="corrupted batches besides the clean one")
     ap.add_argument("--seed", type=seed_arg, default=0)

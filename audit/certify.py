@@ -17,7 +17,6 @@ Every file under OUT is written atomically (temp file + rename); temp files live
 run empties first, so a kill -9 at any point leaves no half-written output."""
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -29,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlhf.cli import Parser, seed_arg
 from rlhf.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,17 +50,6 @@ def _die_with_parent(parent_pid: int):
         _PRCTL(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent_pid:   # certify died before the prctl took effect
             os._exit(1)
-
-
-def arg_type(name: str):
-    """rlhf.common's argparse type `name` (seed_arg, positive_int, positive_float, nonneg_float), imported when a
-    flag is parsed: rlhf.common imports torch, which neither this module nor the samples door (audit.samples, whose
-    modules are torch-free) loads before its usage checks. A bad value is a usage error (exit 2, nothing written)."""
-    def parse(text):
-        from rlhf import common
-        return getattr(common, name)(text)
-    parse.__name__ = name
-    return parse
 
 
 def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures: bool, prefix: str, t0: float):
@@ -96,12 +85,12 @@ def refuse(lines, out: Path) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m audit.certify", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m audit.certify", description=__doc__.splitlines()[0],
                                  epilog="exit status: 0 the audit ran; 2 bad input or usage (nothing written); "
                                         "1 internal failure; 3 with --fail-if-not-certified: not certified")
     ap.add_argument("--task", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=arg_type("seed_arg"), default=0,
+    ap.add_argument("--seed", type=seed_arg, default=0,
                     help="seed of every draw (an integer in [0, 2**32 - 1])")
     ap.add_argument("--preset", choices=["full", "small"], default="full", help="small: tiny worlds and tests")
     ap.add_argument("--stress-examples", type=int, default=None, metavar="N",

@@ -15,7 +15,6 @@ key named; nothing written), 1 only for an internal failure.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from rlhf.atomic import atomic_write_text
 from rlhf.errors import EXIT_FINDING, InputError, run_cli
+from rlhf.cli import Parser
 
 EXIT_DIFFERENT = EXIT_FINDING      # the comparison ran and the answers differ: a finding, not a failure (exit 1)
 PROG = "python -m audit.compare"
@@ -173,7 +173,7 @@ def compare(a: dict, b: dict) -> dict:
 
 
 def _main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0],
+    ap = Parser(prog=PROG, description=__doc__.splitlines()[0],
                                  epilog="exit status: 0 the same; 3 different; 2 bad input or usage; "
                                         "1 internal failure")
     ap.add_argument("a", type=Path)

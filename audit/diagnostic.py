@@ -42,6 +42,7 @@ from .agreement import RUBRIC_MAX, crowd_scale
 from .hazard import FIFTH, FLOOR, hazard_labels, hazard_margin, hazardous, kept_share
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
+from rlhf.cli import Parser
 
 
 _LONG = ("--steps 750 --lr 6e-4: SPEC's optimisation distance (lr x steps 0.45) in half its steps, about 3x the "
@@ -460,7 +461,7 @@ def config_from_args(a: argparse.Namespace) -> DiagnosticConfig:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m audit.diagnostic", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m audit.diagnostic", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--rm-dir", required=True, help="rm.safetensors, config.json and its train.jsonl QA sample")
     ap.add_argument("--policy-dir", required=True, help="the reference policy")

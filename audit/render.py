@@ -48,7 +48,6 @@ report with a hollow one. Bad input is `python -m audit.render: error: ...`, one
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -61,6 +60,7 @@ from rlhf.atomic import atomic_target, atomic_write_text
 from rlhf.errors import InputError, run_cli
 
 from audit.evidence import inputs_fingerprint, load_evidence, to_jsonable
+from rlhf.cli import Parser
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 SCHEMA_PATH = TEMPLATES / "answer.schema.json"
@@ -580,7 +580,7 @@ PROG = "python -m audit.render"
 
 
 def _main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0],
+    ap = Parser(prog=PROG, description=__doc__.split("\n")[0],
                                  epilog="exit status: 0 rendered; 2 bad input or usage (nothing written); "
                                         "1 internal failure")
     ap.add_argument("--evidence", required=True, help="evidence.json written by the checks")

@@ -23,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from rlhf.cli import Parser, positive_float, positive_int, seed_arg
 from rlhf.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
 
-from .certify import arg_type, run_claims_and_render
+from .certify import run_claims_and_render
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGING = ".staging"
@@ -40,7 +41,7 @@ def refuse(lines, out: Path) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m audit.samples", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m audit.samples", description=__doc__.splitlines()[0],
                                  epilog="exit status: 0 the audit ran; 2 bad input or usage (nothing written); "
                                         "1 internal failure. Schema and design: docs/samples.md")
     ap.add_argument("--samples", required=True, help="samples table: .jsonl, .csv or .parquet")
@@ -48,13 +49,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reference", default=None, help="the run every other run is compared with (default: a run "
                     "named 'reference' when there is one)")
-    ap.add_argument("--seed", type=arg_type("seed_arg"), default=0,
+    ap.add_argument("--seed", type=seed_arg, default=0,
                     help="seed of the bootstraps and the corruption draws (an integer in [0, 2**32 - 1])")
     ap.add_argument("--column", action="append", default=[], metavar="NAME=COLUMN",
                     help="read column NAME of the schema from COLUMN (repeatable), e.g. --column proxy_reward=score")
     g = ap.add_argument_group("sampling design")
     g.add_argument("--min-gold", type=int, default=10, help="gold rows needed per run x family (default 10)")
-    g.add_argument("--min-samples", type=arg_type("positive_int"), default=20,
+    g.add_argument("--min-samples", type=positive_int, default=20,
                    help="samples needed per run x family (default 20)")
     g.add_argument("--design-alpha", type=float, default=0.01,
                    help="family-wise level of the gold rows' random-subset test over all cells (default 0.01)")
@@ -71,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
     c = ap.add_argument_group("claims")
     c.add_argument("--agreement-min-pearson", type=float, default=0.2,
                    help="proxy agrees with gold on a family: Pearson CI lower bound above this (default 0.2)")
-    c.add_argument("--scale-max-ratio", type=arg_type("positive_float"), default=2.0,
+    c.add_argument("--scale-max-ratio", type=positive_float, default=2.0,
                    help="proxy on a common scale: a family's proxy-per-gold slope within this factor of the others' "
                         "(default 2)")
     c.add_argument("--stress-examples", type=int, default=24,

@@ -1,8 +1,8 @@
 """Validate and load a task directory (SPEC §1 layout). The audit reads only this: never a world's oracle.
 
 `validate(task_dir)` returns every problem it finds, one line each, naming the file, the line or the key, and
-what was expected; it reads the jsonl files and the checkpoints' headers (no tensor), so it is cheap and runs
-before anything expensive (`audit.certify` refuses a task with problems: exit 2, nothing written).
+what was expected; it reads the jsonl files and the checkpoints (headers, then every tensor's finiteness: the
+models are small), so it is cheap and runs before anything expensive (`audit.certify` refuses a task with problems: exit 2, nothing written).
 `load_task` raises TaskError with those lines (its `problems` attribute) when there are any."""
 from __future__ import annotations
 
@@ -181,7 +181,8 @@ def _inspect(root, check_models: bool = True) -> tuple[list[str], Task | None]:
     P = _Problems()
     for rel in REQUIRED:
         if not (root / rel).is_file():
-            P.add(root / rel, f"{root / rel}: file not found (the task layout of SPEC §1 needs it)")
+            what = "is a directory, not a file" if (root / rel).is_dir() else "file not found"
+            P.add(root / rel, f"{root / rel}: {what} (the task layout of SPEC §1 needs it)")
     data = {key: _labelled(root, rel, req, rng, k, P) if (root / rel).is_file() else []
             for key, rel, req, rng, k in JSONL}
     default = {}
@@ -193,10 +194,13 @@ def _inspect(root, check_models: bool = True) -> tuple[list[str], Task | None]:
                                                  f"keys of {sorted(RLConfig.__dataclass_fields__)}")
     runs = {}
     runs_dir = root / "runs"
-    for d in sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []:
+    # a dot-directory is not a run: e.g. what a killed `rlhf.train_rl` leaves beside its --out (.NAME.XXXX.partial)
+    for d in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+            if runs_dir.is_dir() else []:
         for f in RUN_REQUIRED:
             if not (d / f).is_file():
-                P.add(d / f, f"{d / f}: file not found (a run dir holds {', '.join(RUN_REQUIRED)})")
+                what = "is a directory, not a file" if (d / f).is_dir() else "file not found"
+                P.add(d / f, f"{d / f}: {what} (a run dir holds {', '.join(RUN_REQUIRED)})")
         cfg = _json_object(d / "run_config.json", P, "the run's RL config object") \
             if (d / "run_config.json").is_file() else None
         if cfg is not None:

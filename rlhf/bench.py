@@ -7,8 +7,8 @@ python -m rlhf.bench [--steps 20 --threads 2 --stack 2,4,8 --rm-epochs 1 --polic
 """
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,11 +16,13 @@ from pathlib import Path
 import torch
 
 from .common import setup_torch
+from .errors import run_cli
 from .data import write_jsonl
 from .model import Policy, default_config, save_policy
 from .reward_model import RewardModel, default_config as rm_default_config, save_rm
 from .train_rl import RLConfig, RLTrainer
 from .vocab import FAMILIES
+from .cli import Parser, positive_int, seed_arg
 
 
 def make_fixture(d: Path, seed: int = 0):
@@ -75,13 +77,13 @@ def time_rm(K: int, epochs: int, rows: int = 12000) -> float:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rlhf.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=2)
+    ap = Parser(prog="python -m rlhf.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=positive_int, default=20)
+    ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--policy")
     ap.add_argument("--reward-model")
     ap.add_argument("--prompts")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--stack", default="2,4,8", help="member counts of the stacked rows ('' = none)")
     ap.add_argument("--rm-epochs", type=int, default=1, help="epochs per RM timing (0 = no RM rows)")
     a = ap.parse_args(argv)
@@ -119,4 +121,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main, "python -m rlhf.bench"))

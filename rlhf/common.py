@@ -1,13 +1,10 @@
 """Small shared helpers: threads, seeding, progress bars, hashing, config dataclasses <-> dicts."""
 from __future__ import annotations
 
-import argparse
 import ctypes
 import dataclasses
 import hashlib
 import json
-import math
-import numbers
 import os
 from pathlib import Path
 
@@ -106,70 +103,6 @@ def parse_override(items) -> dict:
 
 
 
-# ------------------------------------------------------------------ argument and config checks (exit 2, nothing written)
-SEED_MAX = 2**32 - 1     # every generator we seed (torch, numpy, Python) takes it; seed + k offsets stay in int64
-
-
-def _number(kind, text):
-    try:
-        v = kind(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") \
-            from None
-    return v
-
-
-def seed_arg(text) -> int:
-    """argparse type for --seed: an integer in [0, 2**32 - 1]."""
-    v = _number(int, text)
-    if not 0 <= v <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"a seed is an integer in [0, {SEED_MAX}], got {text}")
-    return v
-
-
-def positive_int(text) -> int:
-    v = _number(int, text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return v
-
-
-def positive_float(text) -> float:
-    """A finite number > 0 (learning rates, temperatures, ratios)."""
-    v = _number(float, text)
-    if not 0 < v < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
-    return v
-
-
-def nonneg_float(text) -> float:
-    """A finite number >= 0 (KL coefficients, margins)."""
-    v = _number(float, text)
-    if not 0 <= v < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return v
-
-
-_INTEGER_CHECKS = (seed_arg, positive_int)
-
-
-def check_fields(cfg, where: str, rules: dict) -> None:
-    """Refuse a config whose fields break `rules` {field: checker}, the checkers being the argparse types above:
-    a config from a file or --override then never starts a run that would crash later or train on NaN. Every bad
-    key is named, one line each (InputError: exit 2). A field whose value is None is left to the caller."""
-    bad = []
-    for name, check in rules.items():
-        v = getattr(cfg, name)
-        if v is None:
-            continue
-        want_int = check in _INTEGER_CHECKS
-        # numbers.Integral / numbers.Real: numpy's integers and floats too (never bool, nor numpy's bool_)
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral if want_int else numbers.Real):
-            bad.append(f"key {name!r}: expected {'an integer' if want_int else 'a number'}, got {v!r}")
-            continue
-        try:
-            check(v)
-        except argparse.ArgumentTypeError as e:
-            bad.append(f"key {name!r}: {e}")
-    if bad:
-        raise InputError("\n".join(f"{where}: {b}" for b in bad))
+# the command-line and config checks live in rlhf.cli (torch-free, for the samples door); re-exported here
+from .cli import (SEED_MAX, check_fields, nonneg_float, positive_float, positive_int,  # noqa: E402,F401
+                  seed_arg)

@@ -6,7 +6,6 @@ python -m rlhf.dev_eval --policy DIR --policy-ref DIR --reward-model DIR --promp
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -21,6 +20,7 @@ from .errors import run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import load_policy, response_logprobs_grouped, sample
 from .reward_model import load_rm, score
+from .cli import Parser
 
 
 @torch.inference_mode()
@@ -47,7 +47,7 @@ def dev_eval(policy, ref, rm, prompts_records, gold_records, n: int, generator, 
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rlhf.dev_eval", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m rlhf.dev_eval", description=__doc__.splitlines()[0])
     ap.add_argument("--policy", required=True)
     ap.add_argument("--policy-ref", required=True)
     ap.add_argument("--reward-model", required=True)

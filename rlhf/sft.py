@@ -4,7 +4,6 @@ python -m rlhf.sft --data demos.jsonl --out DIR [--epochs 20 --lr 3e-3 --batch 2
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -18,6 +17,7 @@ from .common import check_fields, nonneg_float, positive_float, positive_int, pr
 from .errors import InputError, run_cli
 from .data import prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import Policy, default_config, response_logprobs, save_policy
+from .cli import Parser
 
 
 @dataclass
@@ -77,7 +77,7 @@ def train_sft(records, cfg: SFTConfig = SFTConfig(), model_cfg: dict | None = No
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rlhf.sft", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m rlhf.sft", description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="jsonl of demonstration records (prompt + response)")
     ap.add_argument("--out", required=True)
     for f in dataclasses.fields(SFTConfig):

@@ -43,6 +43,7 @@ from .model import (draw_uniforms, load_policy, response_logprobs, response_logp
                     save_policy)
 from .reward_model import load_rm, score
 from .vocab import FAMILIES
+from .cli import Parser
 
 
 @dataclass
@@ -315,7 +316,7 @@ def load_config(path, overrides: dict | None = None) -> RLConfig:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rlhf.train_rl", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m rlhf.train_rl", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--config", required=True)
     ap.add_argument("--out", required=True)

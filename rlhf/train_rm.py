@@ -4,7 +4,6 @@ python -m rlhf.train_rm --data JSONL --out DIR [--epochs 40 --lr 2e-3 --batch 25
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -18,6 +17,7 @@ from .common import check_fields, file_sha256, positive_float, positive_int, pro
 from .errors import InputError, run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .reward_model import RewardModel, default_config, save_rm
+from .cli import Parser
 
 
 @dataclass
@@ -127,7 +127,7 @@ def train_rms(datasets, cfgs: list[RMTrainConfig], model_cfg: dict | None = None
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rlhf.train_rm", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m rlhf.train_rm", description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, help="jsonl of labelled records")
     ap.add_argument("--out", required=True)
     for f in dataclasses.fields(RMTrainConfig):

@@ -62,7 +62,7 @@ def run(module: str, argv, capsys):
     main = importlib.import_module(module).main
     try:
         rc = run_cli(main, f"python -m {module}", [str(a) for a in argv])
-    except SystemExit as e:      # argparse (world.cli.Parser) exits itself, with status 2
+    except SystemExit as e:      # argparse (rlhf.cli.Parser) exits itself, with status 2
         rc = e.code
     return rc, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
 

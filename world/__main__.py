@@ -7,7 +7,7 @@ import sys
 from rlhf.common import positive_int, seed_arg
 from rlhf.errors import run_cli
 
-from .cli import Parser, check_output_file
+from rlhf.cli import Parser, check_output_file
 from .truth import DISTRACTORS
 from .zoo import VARIANTS, zoo_config
 
@@ -79,7 +79,7 @@ def main(argv=None):
         try:
             cfg = zoo_config(a.preset, a.seed, a.variant, **_knob_flags(a))
         except ValueError as e:
-            b.error(str(e))     # one line (world.cli.Parser), as every world tool reports bad input
+            b.error(str(e))     # one line (rlhf.cli.Parser), as every world tool reports bad input
         if a.workers:
             cfg.workers = a.workers
         build(a.out, cfg, quiet=a.quiet)

@@ -32,7 +32,7 @@ from rlhf.vocab import CONTENT0, FAMILIES
 from .calibrate import pearson, rm_agreement, rm_scores
 from .config import Corruption, load_world_config
 from audit.corruption import count_row_mask, policy_favourites, wrong_lut
-from .cli import Parser, check_output_file, seed_list
+from rlhf.cli import Parser, check_output_file, seed_list
 from .truth import load_truth, match_fraction, require_built_world
 
 REPLACED_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

@@ -45,7 +45,7 @@ from rlhf.data import write_json
 from rlhf.errors import run_cli
 from rlhf.vocab import FAMILIES
 
-from .cli import Parser, check_output_file
+from rlhf.cli import Parser, check_output_file
 from .config import Corruption
 from .hazard import hazard_labels
 from .truth import require_built_world

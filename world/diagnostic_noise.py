@@ -26,7 +26,7 @@ from rlhf.errors import run_cli
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
-from .cli import Parser, check_output_file, count_list, seed_list
+from rlhf.cli import Parser, check_output_file, count_list, seed_list
 
 
 def kept(prep, pol_rm, pol_rub, cfg, eval_prompts=None) -> dict:

@@ -31,7 +31,7 @@ from rlhf.model import load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 
-from .cli import Parser
+from rlhf.cli import Parser
 from .config import RUNS, load_world_config
 from .truth import (expert_noise, load_truth, match_fraction, policy_samples, random_prompt_records,
                     require_built_world, true_quality)

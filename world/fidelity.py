@@ -18,7 +18,7 @@ from rlhf.reward_model import load_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import pearson, rm_scores
-from .cli import Parser
+from rlhf.cli import Parser
 from .config import Corruption, preset
 from .crowd import draw_crowd_batch, retrain_rm
 from .truth import require_built_world

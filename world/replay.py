@@ -32,7 +32,7 @@ from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import rm_agreement
-from .cli import Parser
+from rlhf.cli import Parser
 from .config import corruption_from_dict, load_world_config
 from .crowd import crowd_batch, qa_sample
 from .hazard import strong_recipe

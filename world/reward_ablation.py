@@ -28,7 +28,7 @@ from rlhf.reward_model import load_rm, score
 from rlhf.train_rl import RLTrainer
 from rlhf.vocab import FAMILIES
 
-from .cli import Parser, check_output_file
+from rlhf.cli import Parser, check_output_file
 from .truth import load_truth, require_built_world, true_quality
 
 REWARDS = ("rubric", "rm", "hybrid")

@@ -29,7 +29,7 @@ from rlhf.common import positive_int
 from rlhf.data import write_json
 from rlhf.errors import InputError, run_cli
 
-from .cli import Parser, check_output_file, count_list, seed_list
+from rlhf.cli import Parser, check_output_file, count_list, seed_list
 from .export_samples import check_export, export
 from .grade import exact_rule
 from .truth import read_json, require_built_world

@@ -35,7 +35,7 @@ from rlhf.model import CheckpointError, load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0
 
-from .cli import Parser, check_output_file, seed_list
+from rlhf.cli import Parser, check_output_file, seed_list
 from .truth import load_truth, require_built_world, rubric_tokens
 
 
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
               *(d / n for d in dirs for n in ("rm.safetensors", "train.jsonl"))]:
         if not p.is_file():
             ap.error(f"{p}: file not found")
-    dap = argparse.ArgumentParser(prog="--diagnostic-arg")
+    dap = Parser(prog="--diagnostic-arg")
     add_config_args(dap)
     cfg = config_from_args(dap.parse_args(shlex.split(" ".join(a.diagnostic_arg))))
     setup_torch()

@@ -28,7 +28,7 @@ from rlhf.errors import InputError, run_cli
 from rlhf.vocab import FAMILIES
 
 from .hazard import _worker, strong_recipe
-from .cli import Parser, check_output_file
+from rlhf.cli import Parser, check_output_file
 from .truth import read_json, require_built_world
 
 
