@@ -59,16 +59,17 @@ def nonneg_float(text) -> float:
 _INTEGER_CHECKS = (seed_arg, positive_int)
 
 
-def check_fields(cfg, where: str, rules: dict) -> None:
+def check_fields(cfg, where: str, rules: dict, allow_none=True) -> None:
     """Refuse a config whose fields break `rules` {field: checker}, the checkers being the argparse types above:
     a config from a file or --override then never starts a run that would crash later or train on NaN. Every bad
-    key is named, one line each (InputError: exit 2). A field whose value is None is left to the caller."""
+    key is named, one line each (InputError: exit 2). A field that is None passes where `allow_none` says so: True
+    (every field; the caller checks what None means), a collection of field names, or False (none)."""
     bad = []
     for name, check in rules.items():
         v = getattr(cfg, name)
-        if v is None:
-            continue
         want_int = check in _INTEGER_CHECKS
+        if v is None and (allow_none is True or (allow_none and name in allow_none)):
+            continue
         # numbers.Integral / numbers.Real: numpy's integers and floats too (never bool, nor numpy's bool_)
         if isinstance(v, bool) or not isinstance(v, numbers.Integral if want_int else numbers.Real):
             bad.append(f"key {name!r}: expected {'an integer' if want_int else 'a number'}, got {v!r}")

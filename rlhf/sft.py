@@ -30,10 +30,7 @@ class SFTConfig:
 
     def check(self, where: str = "SFTConfig") -> "SFTConfig":
         """Every key's type and range (InputError naming each bad key): the CLI's flags and train_sft's callers."""
-        for name in RULES:
-            if getattr(self, name) is None:
-                raise InputError(f"{where}: key {name!r}: expected a number, got None")
-        check_fields(self, where, RULES)
+        check_fields(self, where, RULES, allow_none=False)
         return self
 
 

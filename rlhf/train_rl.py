@@ -80,10 +80,6 @@ def check_config(cfg: RLConfig, where: str = "RLConfig") -> RLConfig:
     The families of prompt_file are checked against the weights once it is read (check_family_weights).
     Used by load_config (the CLI: `where` names the config file) and RLTrainer (every programmatic caller)."""
     bad = []
-    for key in RULES:
-        if key != "max_grad_norm" and getattr(cfg, key) is None:
-            bad.append(f"key {key!r}: expected {'an integer' if RULES[key] in (seed_arg, positive_int) else 'a number'}"
-                       ", got None")
     se = cfg.save_every
     if isinstance(se, bool) or not isinstance(se, numbers.Integral) or se < 0:
         bad.append(f"key 'save_every': expected an integer >= 0 (0 = only the final checkpoint), got {se!r}")
@@ -96,7 +92,7 @@ def check_config(cfg: RLConfig, where: str = "RLConfig") -> RLConfig:
     bad += _family_weight_problems(cfg.family_weights)
     lines = [f"{where}: {b}" for b in bad]
     try:
-        check_fields(cfg, where, RULES)
+        check_fields(cfg, where, RULES, allow_none=("max_grad_norm",))   # None: no clipping
     except InputError as e:
         lines += str(e).splitlines()
     if lines:

@@ -29,10 +29,7 @@ class RMTrainConfig:
 
     def check(self, where: str = "RMTrainConfig") -> "RMTrainConfig":
         """Every key's type and range (InputError naming each bad key): the CLI's flags and train_rm's callers."""
-        for name in RULES:
-            if getattr(self, name) is None:
-                raise InputError(f"{where}: key {name!r}: expected a number, got None")
-        check_fields(self, where, RULES)
+        check_fields(self, where, RULES, allow_none=False)
         return self
 
 
