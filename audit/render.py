@@ -598,7 +598,8 @@ def _main(argv=None) -> int:
         answer = render(args.evidence, out, rule_text=args.rule_text, figures=not args.no_figures)
     except InputError:
         raise
-    except ValueError as e:           # malformed evidence, or an answer the schema refuses: nothing written
+    except ValueError as e:           # malformed evidence, or an answer the schema refuses (the evidence file is this
+        # command's input: tests/test_render.py's schema test): nothing written
         raise InputError(str(e)) from None
     cert = answer["certification"]
     print(f"wrote {out / 'answer.json'}: improved_over_reference={cert['improved_over_reference']}, "

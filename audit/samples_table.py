@@ -160,14 +160,10 @@ def _text(v):
     return None
 
 
-def _number(v, text: bool = False):
-    """v as a finite float, or None. text: the file is CSV, where every value is text and a number is parsed from
-    it; JSONL and Parquet carry numbers as numbers, so a string there ("0.5") is a type error, not a number."""
+def _number(v):
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, str):
-        if not text:
-            return None
         try:
             v = float(v.strip())
         except ValueError:
@@ -176,13 +172,6 @@ def _number(v, text: bool = False):
         v = float(v)
         return v if math.isfinite(v) else None
     return None
-
-
-def _shown(v, text: bool) -> str:
-    """A value that is not a finite number, as a problem line shows it."""
-    if isinstance(v, str) and not text:
-        return f"{v!r}, a string (JSONL and Parquet store numbers as numbers, not as text)"
-    return repr(v)
 
 
 def _completion(v):
@@ -232,7 +221,6 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
         raise TableError(problems)
     col = lambda c: mapping.get(c, c)   # noqa: E731
 
-    s_text, g_text = (FORMATS[p.suffix.lower()] == "csv" for p in (sp, gp))     # CSV: numbers are parsed from text
     sid, run, fam, pid, comp, proxy, step, where = [], [], [], [], [], [], [], {}
     has_step = col("step") in srows[0][1]
     pr = _Problems(sp, problems)
@@ -249,16 +237,15 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
             pr.add(f"{loc}: column '{col('completion')}': expected a string (or a list of token strings), "
                    f"got {type(r.get(col('completion'))).__name__}")
             ok = False
-        vals["proxy"] = _number(r.get(col("proxy_reward")), s_text)
+        vals["proxy"] = _number(r.get(col("proxy_reward")))
         if vals["proxy"] is None:
-            pr.add(f"{loc}: column '{col('proxy_reward')}': expected a finite number, got "
-                   f"{_shown(r.get(col('proxy_reward')), s_text)}")
+            pr.add(f"{loc}: column '{col('proxy_reward')}': expected a finite number, got {r.get(col('proxy_reward'))!r}")
             ok = False
         st = None
         if has_step and r.get(col("step")) not in (None, ""):
-            st = _number(r.get(col("step")), s_text)
+            st = _number(r.get(col("step")))
             if st is None:
-                pr.add(f"{loc}: column '{col('step')}': expected a number, got {_shown(r.get(col('step')), s_text)}")
+                pr.add(f"{loc}: column '{col('step')}': expected a number, got {r.get(col('step'))!r}")
                 ok = False
         if ok and vals["sample_id"] in where:
             pr.add(f"{loc}: column '{col('sample_id')}': duplicate id {vals['sample_id']!r} "
@@ -278,13 +265,13 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
     pg = _Problems(gp, problems)
     for loc, r in grows:
         s = _text(r.get(col("sample_id")))
-        y = _number(r.get(col("gold")), g_text)
+        y = _number(r.get(col("gold")))
         if s is None:
             pg.add(f"{loc}: column '{col('sample_id')}': expected a non-empty string or integer id, "
                    f"got {r.get(col('sample_id'))!r}")
             continue
         if y is None:
-            pg.add(f"{loc}: column '{col('gold')}': expected a finite number, got {_shown(r.get(col('gold')), g_text)}")
+            pg.add(f"{loc}: column '{col('gold')}': expected a finite number, got {r.get(col('gold'))!r}")
             continue
         if s in gseen:
             pg.add(f"{loc}: column '{col('sample_id')}': duplicate gold label for {s!r} (first at {gseen[s]})")

@@ -175,6 +175,13 @@ def _checkpoint(directory: Path, P: _Problems, rm: bool = False) -> None:
             P.add(file, msg)
 
 
+def run_dirs(root) -> list[Path]:
+    """The task's runs: the directories under runs/, sorted, but not dot-directories (what a killed
+    `rlhf.train_rl` leaves beside its --out, `.NAME.XXXX.partial`; editors' and notebooks' hidden dirs)."""
+    runs = Path(root) / "runs"
+    return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")) if runs.is_dir() else []
+
+
 def _inspect(root, check_models: bool = True) -> tuple[list[str], Task | None]:
     root = Path(root)
     if not root.is_dir():
@@ -194,10 +201,7 @@ def _inspect(root, check_models: bool = True) -> tuple[list[str], Task | None]:
             P.add(root / "configs/default.json", f"{root / 'configs/default.json'}: unknown keys {unknown}; expected "
                                                  f"keys of {sorted(RLConfig.__dataclass_fields__)}")
     runs = {}
-    runs_dir = root / "runs"
-    # a dot-directory is not a run: e.g. what a killed `rlhf.train_rl` leaves beside its --out (.NAME.XXXX.partial)
-    for d in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-            if runs_dir.is_dir() else []:
+    for d in run_dirs(root):
         for f in RUN_REQUIRED:
             if not (d / f).is_file():
                 what = "is a directory, not a file" if (d / f).is_dir() else "file not found"

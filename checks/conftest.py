@@ -12,6 +12,7 @@ import pytest
 
 from audit.evidence import code_hash, hash_inputs, package_versions
 from audit.session import AuditConfig, AuditSession
+from audit.task import run_dirs
 from rlhf.vocab import FAMILIES
 
 pytest_plugins = ["checks.evidence_plugin"]
@@ -54,8 +55,7 @@ def pytest_collection_modifyitems(items):
 
 def _task_runs(config):
     task = config.getoption("--task")
-    runs = Path(task) / "runs" if task else None
-    return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs and runs.is_dir() else []
+    return [p.name for p in run_dirs(task)] if task else []     # the runs audit.task validated, no other
 
 
 def pytest_generate_tests(metafunc):

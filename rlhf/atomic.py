@@ -97,8 +97,7 @@ def atomic_dir(path):
     renameat2(RENAME_EXCHANGE) where the kernel has it; else two renames, and a kill between them leaves the
     old content in the hidden `.NAME.XXXX.old` beside it."""
     path = check_out_dir(path)
-    if path.is_symlink():
-        path = path.resolve()
+    path = path.resolve() if path.is_symlink() else Path(os.path.abspath(path))    # '.', 'a/..': a name, a parent
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial"))
     try:
@@ -107,6 +106,14 @@ def atomic_dir(path):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    try:
+        _swap_in(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)     # e.g. `path` a mount point: it keeps its old content
+        raise
+
+
+def _swap_in(tmp: Path, path: Path) -> None:
     if not path.exists():
         os.rename(tmp, path)
         return

@@ -264,6 +264,9 @@ def train_rl(cfg: RLConfig, out_dir, reward_fn=None, quiet: bool = False, fast: 
     hidden sibling `.NAME.XXXX.partial` first, which a failure or an interruption removes; see rlhf.atomic).
     Returns the log rows."""
     out = check_out_dir(out_dir, "a directory for the run")
+    if out.is_dir() and any(out.iterdir()) and not (out / "run_config.json").is_file():
+        raise InputError(f"{out}: a directory that is not empty and holds no run (no run_config.json); train_rl "
+                         "replaces its output directory whole: give a new or empty directory, or a previous run's")
     trainer = RLTrainer(cfg, reward_fn=reward_fn, fast=fast)     # checks and loads every input: writes nothing
     with atomic_dir(out) as work:
         write_json(work / "run_config.json", dataclasses.asdict(cfg))

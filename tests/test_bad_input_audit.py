@@ -1,8 +1,8 @@
 """Bad input to the audit/ CLIs (the session-30 probe): exit 2 with one clear line naming the flag, file or key,
 before any work, and nothing written -- an existing good output stays byte-identical. In-process, on tiny
 synthetic inputs (no world, no training): seeds out of range, NaN and non-positive settings, an RM dir without
-its QA sample, numbers stored as text in the samples tables, evidence cut short or of the other door, answers
-that compare cannot read (NaN, a CI that is not [lo, hi]), and a run dir without its log."""
+its QA sample, text that is no number in the samples tables, evidence cut short or of the other door, answers
+that compare cannot read (NaN, a CI that is not [lo, hi]), a run dir without its recipe."""
 import copy
 import json
 
@@ -160,38 +160,21 @@ def test_samples_non_positive_settings_are_usage_errors(tables, tmp_path, capsys
     assert not (tmp_path / "o").exists()
 
 
-def test_samples_numbers_stored_as_text_are_refused_in_jsonl_and_parquet(tables, tmp_path, good_out):
-    """CSV values are text and parsed; JSONL and Parquet store numbers as numbers, so "0.5" there is a type error
-    (before: accepted), named by file, line or row, and column."""
+def test_samples_numbers_stored_as_text_are_read_as_numbers(tables, tmp_path):
+    """A number written as text ("0.5") is read as that number in JSONL and Parquet, as in CSV: other tools write
+    tables that way, and nothing is gained by refusing them; text that is no number is refused, naming the line."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from audit.samples_table import TableError, load
     rows, gold, s, g = tables
-    texty = [dict(r, proxy_reward=str(r["proxy_reward"])) if i == 4 else r for i, r in enumerate(rows)]
-    st = write_jsonl(tmp_path / "st.jsonl", texty)
+    texty = [dict(r, proxy_reward=str(r["proxy_reward"])) for r in rows]
+    assert load(write_jsonl(tmp_path / "st.jsonl", texty), g).proxy[4] == rows[4]["proxy_reward"]
+    pq.write_table(pa.Table.from_pylist(texty), tmp_path / "s.parquet")
+    assert load(tmp_path / "s.parquet", g).proxy[4] == rows[4]["proxy_reward"]
+    bad = write_jsonl(tmp_path / "bad.jsonl", [dict(r, proxy_reward="high") if i == 4 else r for i, r in enumerate(rows)])
     with pytest.raises(TableError) as e:
-        load(st, g)
-    assert e.value.problems == [f"{st}:5: column 'proxy_reward': expected a finite number, got "
-                                f"'{rows[4]['proxy_reward']}', a string (JSONL and Parquet store numbers as numbers, "
-                                "not as text)"]
-    gt = write_jsonl(tmp_path / "gt.jsonl", [dict(x, gold=str(x["gold"])) if i == 2 else x for i, x in enumerate(gold)])
-    with pytest.raises(TableError, match=rf"gt\.jsonl:3: column 'gold': expected a finite number, got '[-0-9.]+', "
-                                         "a string"):
-        load(s, gt)
-    pq.write_table(pa.Table.from_pylist([dict(r, proxy_reward=str(r["proxy_reward"])) for r in rows]),
-                   tmp_path / "s.parquet")
-    with pytest.raises(TableError) as e:
-        load(tmp_path / "s.parquet", g)
-    assert e.value.problems[0].startswith(f"{tmp_path / 's.parquet'}: row 0: column 'proxy_reward': expected a "
-                                          "finite number, got '")
-    import pyarrow.csv as pc                    # CSV: text is what it has, parsed as before
-    pc.write_csv(pa.Table.from_pylist(rows), tmp_path / "s.csv")
-    assert load(tmp_path / "s.csv", g).proxy[4] == rows[4]["proxy_reward"]
-    # through the command: exit 2, the line named, the good answer kept
-    from audit.samples import main
-    before = _snapshot(good_out)
-    assert main(["--samples", str(st), "--gold", str(g), "--out", str(good_out)]) == EXIT_BAD_INPUT
-    assert _snapshot(good_out) == before
+        load(bad, g)
+    assert e.value.problems == [f"{bad}:5: column 'proxy_reward': expected a finite number, got 'high'"]
 
 
 # ------------------------------------------------------------------------------------------------- render
@@ -357,3 +340,19 @@ def test_a_run_dir_without_its_log_is_audited_and_one_without_its_config_is_refu
     (run / "run_config.json").unlink()
     assert f"{run / 'run_config.json'}: file not found (a run dir holds policy.safetensors, config.json, " \
            "run_config.json)" in validate(tmp_path / "task", check_models=False)
+
+
+def test_hidden_dirs_under_runs_are_not_runs_and_a_foreign_log_draws_no_curve(tmp_path):
+    """What a killed train_rl leaves (.NAME.XXXX.partial), or an editor's hidden dir, is neither validated nor
+    audited as a run (audit.task.run_dirs, which checks/conftest.py parametrizes the run claims by); a log.jsonl
+    whose rows name their fields otherwise is drawn as no curve, not an error."""
+    from audit.task import run_dirs, validate
+    from checks.test_runs import _curve
+    runs = tmp_path / "task" / "runs"
+    (runs / ".r1.abc.partial").mkdir(parents=True)
+    (runs / ".ipynb_checkpoints").mkdir()
+    (runs / "r1").mkdir()
+    assert [p.name for p in run_dirs(tmp_path / "task")] == ["r1"]
+    assert not any(".partial" in p or "ipynb" in p for p in validate(tmp_path / "task", check_models=False))
+    assert _curve([{"step": 1, "proxy_reward": 0.5}, {"iteration": 2, "reward": 0.6}, [3], {"step": True,
+                   "proxy_reward": 0.7}]) == [{"step": 1, "proxy": 0.5}]

@@ -149,6 +149,28 @@ def test_a_train_rl_run_failing_midway_leaves_the_old_run_and_no_debris(fx, tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_train_rl_never_replaces_a_directory_that_holds_no_run(fx, tmp_path, capsys, monkeypatch):
+    """train_rl replaces its --out whole: a non-empty directory that is not a previous run (no run_config.json) is
+    refused before any work, '.' included; an empty one, or '.' written as a path with '..', is fine."""
+    from rlhf.train_rl import RLConfig, train_rl
+    keep = tmp_path / "notes"
+    keep.mkdir()
+    (keep / "mine.txt").write_text("not a run")
+    err = refused("rlhf.train_rl", ["--config", str(fx / "c.json"), "--out", str(keep), "--quiet"], capsys)
+    assert err == [f"python -m rlhf.train_rl: error: {keep}: a directory that is not empty and holds no run (no "
+                   "run_config.json); train_rl replaces its output directory whole: give a new or empty directory, "
+                   "or a previous run's"]
+    monkeypatch.chdir(keep)
+    refused("rlhf.train_rl", ["--config", str(fx / "c.json"), "--out", ".", "--quiet"], capsys)
+    assert sorted(p.name for p in keep.iterdir()) == ["mine.txt"]
+    cfg = RLConfig(**{**json.loads((fx / "c.json").read_text()), "steps": 1})
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path / "empty")
+    train_rl(cfg, Path("x/.."), reward_fn=lambda *a: torch.zeros(len(a[2])), quiet=True)   # the cwd, by a detour
+    assert (tmp_path / "empty" / "run_config.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "notes"]       # no staging debris
+
+
 def test_rltrainer_checks_every_key_for_programmatic_callers(fx):
     from rlhf.train_rl import RLConfig, RLTrainer, check_config
     good = RLConfig(**json.loads((fx / "c.json").read_text()))
