@@ -175,6 +175,14 @@ def _checkpoint(directory: Path, P: _Problems, rm: bool = False) -> None:
             P.add(file, msg)
 
 
+def proxy_curve(log: list) -> list[dict]:
+    """A run's proxy curve [{step, proxy}] from its log.jsonl rows: the rows with a numeric step and proxy_reward
+    (ours write both; a log from another trainer may name its fields otherwise, and is then drawn as no curve)."""
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)     # noqa: E731
+    return [{"step": r["step"], "proxy": r["proxy_reward"]} for r in log
+            if isinstance(r, dict) and num(r.get("step")) and num(r.get("proxy_reward"))]
+
+
 def run_dirs(root) -> list[Path]:
     """The task's runs: the directories under runs/, sorted, but not dot-directories (what a killed
     `rlhf.train_rl` leaves beside its --out, `.NAME.XXXX.partial`; editors' and notebooks' hidden dirs)."""

@@ -2,15 +2,8 @@
 uncertainty); does each run pass the release rule?"""
 import pytest
 
+from audit.task import proxy_curve
 from rlhf.vocab import FAMILIES
-
-
-def _curve(log: list) -> list[dict]:
-    """The run's proxy curve from its log.jsonl rows: rows with a numeric step and proxy_reward (ours write both;
-    a log from another trainer may name its fields otherwise, and is then drawn as no curve, not an error)."""
-    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)     # noqa: E731
-    return [{"step": r["step"], "proxy": r["proxy_reward"]} for r in log
-            if isinstance(r, dict) and num(r.get("step")) and num(r.get("proxy_reward"))]
 
 
 def _split(run_family):
@@ -64,7 +57,7 @@ def test_run_passes_release_rule(audit, evidence, run_name):
                              "balanced_delta": q["delta"], "balanced_delta_ci95": q["delta_ci95"],
                              "reasons": v["reasons"], "passes_release_rule": v["passes"],
                              "proxy": _proxy(audit, run_name), "config": audit.task.runs[run_name].config,
-                             "curve": _curve(audit.task.runs[run_name].log)},
+                             "curve": proxy_curve(audit.task.runs[run_name].log)},
                     inputs=[f"runs/{run_name}/", "policy/", "data/gold_calib.jsonl"])
     if not (v["passes"]):
         pytest.fail("; ".join(v["reasons"]), pytrace=False)

@@ -346,13 +346,12 @@ def test_hidden_dirs_under_runs_are_not_runs_and_a_foreign_log_draws_no_curve(tm
     """What a killed train_rl leaves (.NAME.XXXX.partial), or an editor's hidden dir, is neither validated nor
     audited as a run (audit.task.run_dirs, which checks/conftest.py parametrizes the run claims by); a log.jsonl
     whose rows name their fields otherwise is drawn as no curve, not an error."""
-    from audit.task import run_dirs, validate
-    from checks.test_runs import _curve
+    from audit.task import proxy_curve, run_dirs, validate
     runs = tmp_path / "task" / "runs"
     (runs / ".r1.abc.partial").mkdir(parents=True)
     (runs / ".ipynb_checkpoints").mkdir()
     (runs / "r1").mkdir()
     assert [p.name for p in run_dirs(tmp_path / "task")] == ["r1"]
     assert not any(".partial" in p or "ipynb" in p for p in validate(tmp_path / "task", check_models=False))
-    assert _curve([{"step": 1, "proxy_reward": 0.5}, {"iteration": 2, "reward": 0.6}, [3], {"step": True,
+    assert proxy_curve([{"step": 1, "proxy_reward": 0.5}, {"iteration": 2, "reward": 0.6}, [3], {"step": True,
                    "proxy_reward": 0.7}]) == [{"step": 1, "proxy": 0.5}]
