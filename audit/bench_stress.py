@@ -16,14 +16,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlhf.common import positive_int, seed_arg, setup_torch
+from rlhf.common import setup_torch
 from rlhf.errors import run_cli
 
 from .diagnostic import DiagnosticConfig
 from .recovery import RecoveryConfig, recover_rubrics
 from .stress import StressConfig, stress
 from .task import load_task
-from rlhf.cli import Parser
+from rlhf.cli import Parser, nonneg_int, positive_int, seed_arg
 
 
 PATHS = {"serial": dict(stacked=False), "stacked": dict(stacked=True, share_stand_in_runs=True),
@@ -33,15 +33,13 @@ PATHS = {"serial": dict(stacked=False), "stacked": dict(stacked=True, share_stan
 def main(argv=None):
     ap = Parser(prog="python -m audit.bench_stress", description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True)
-    ap.add_argument("--examples", type=int, default=1, help="corrupted batches besides the clean one")
+    ap.add_argument("--examples", type=nonneg_int, default=1, help="corrupted batches besides the clean one")
     ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--paths", default="serial,stacked", help=f"comma-separated, of {', '.join(PATHS)}")
     ap.add_argument("--min-replaced-share", type=float, default=StressConfig.min_replaced_share,
                     help="the drawn corruptions' smallest replaced share (StressConfig.min_replaced_share)")
     a = ap.parse_args(argv)
-    if a.examples < 0:
-        ap.error(f"--examples {a.examples}: expected an integer >= 0")
     paths = a.paths.split(",")
     if not paths or any(p not in PATHS for p in paths):
         ap.error(f"--paths {a.paths}: expected a comma-separated list of {', '.join(PATHS)}")

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlhf.common import check_fields, file_sha256, nonneg_float, positive_float, positive_int, seed_arg, setup_torch
+from rlhf.common import file_sha256, setup_torch
 from rlhf.errors import InputError, run_cli
 from rlhf.data import prompts_tensor, read_jsonl, write_json
 from rlhf.model import load_policy
@@ -42,7 +42,7 @@ from .agreement import RUBRIC_MAX, crowd_scale
 from .hazard import FIFTH, FLOOR, hazard_labels, hazard_margin, hazardous, kept_share
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
-from rlhf.cli import Parser
+from rlhf.cli import Parser, check_fields, nonneg_float, positive_float, positive_int, seed_arg
 
 
 _LONG = ("--steps 750 --lr 6e-4: SPEC's optimisation distance (lr x steps 0.45) in half its steps, about 3x the "

@@ -67,7 +67,10 @@ def check_out_dir(path, what: str = "the output directory") -> Path:
 
 
 def check_out_file(path, what: str = "the output file") -> Path:
-    """`path` as an output file: absent or a regular file, with no file where a parent directory should be."""
+    """`path` as an output file: absent or a regular file, with no file where a parent directory should be. None
+    (an optional output not asked for) passes. Call it before any work."""
+    if path is None:
+        return None
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path}: is a directory; expected {what}'s path")

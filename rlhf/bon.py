@@ -10,12 +10,12 @@ import sys
 import torch
 
 from .atomic import check_out_file
-from .common import positive_float, positive_int, progress, seed_arg, setup_torch
+from .common import progress, setup_torch
 from .errors import run_cli
 from .data import prompts_tensor, read_jsonl, with_responses, write_jsonl
 from .model import load_policy, sample
 from .reward_model import load_rm, score
-from .cli import Parser
+from .cli import Parser, positive_float, positive_int, seed_arg
 
 
 def best_of_n(policy, rm, records, n: int, generator, temperature: float = 1.0, batch: int = 64, quiet=False):

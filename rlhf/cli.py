@@ -1,15 +1,14 @@
 """What every CLI shares on its command line, torch-free (the samples door imports it before its checks):
 a parser whose errors are one line (`prog: error: ...`, exit status 2, as rlhf.errors.run_cli reports bad input)
 rather than a usage block and then the error; argparse types for seeds, counts and rates (and comma-separated lists
-of them); a checker that holds config dataclasses to the same types; and the check, before any work, that an
-output file can be written where it was asked for. Bad values exit 2 before anything is written."""
+of them); and a checker that holds config dataclasses to the same types (rlhf.atomic checks output paths). Bad
+values exit 2 before anything is written."""
 from __future__ import annotations
 
 import argparse
 import math
 import numbers
 import sys
-from pathlib import Path
 
 from .errors import EXIT_BAD_INPUT, InputError
 
@@ -40,6 +39,14 @@ def positive_int(text) -> int:
     return v
 
 
+def nonneg_int(text) -> int:
+    """A count that may be 0 (extra batches, a checkpoint interval where 0 means none)."""
+    v = _number(int, text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return v
+
+
 def positive_float(text) -> float:
     """A finite number > 0 (learning rates, temperatures, ratios)."""
     v = _number(float, text)
@@ -56,7 +63,7 @@ def nonneg_float(text) -> float:
     return v
 
 
-_INTEGER_CHECKS = (seed_arg, positive_int)
+_INTEGER_CHECKS = (seed_arg, positive_int, nonneg_int)
 
 
 def check_fields(cfg, where: str, rules: dict, allow_none=True) -> None:
@@ -110,16 +117,3 @@ def _list_of(kind, what: str):
 
 seed_list = _list_of(seed_arg, "seeds")            # e.g. --seeds 0,1,2: each in [0, 2**32 - 1]
 count_list = _list_of(positive_int, "integers >= 1")   # e.g. --gold 100,50,25
-
-
-def check_output_file(path, flag: str) -> None:
-    """Refuse (InputError: exit 2), before any work, an output file that could only fail to be written at the end:
-    a path that is a directory, or whose parent is a file."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{flag} {p}: is a directory; expected the path of a file to write")
-    parent = next((q for q in p.parents if q.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise InputError(f"{flag} {p}: {parent} is a file, not a directory")

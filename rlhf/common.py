@@ -100,9 +100,3 @@ def parse_override(items) -> dict:
         except json.JSONDecodeError:
             out[k] = v
     return out
-
-
-
-# the command-line and config checks live in rlhf.cli (torch-free, for the samples door); re-exported here
-from .cli import (SEED_MAX, check_fields, nonneg_float, positive_float, positive_int,  # noqa: E402,F401
-                  seed_arg)

@@ -15,12 +15,12 @@ import torch
 from scipy import stats
 
 from .atomic import check_out_file
-from .common import positive_int, seed_arg, setup_torch
+from .common import setup_torch
 from .errors import run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import load_policy, response_logprobs_grouped, sample
 from .reward_model import load_rm, score
-from .cli import Parser
+from .cli import Parser, positive_int, seed_arg
 
 
 @torch.inference_mode()

@@ -209,21 +209,27 @@ def _not_a_file(p: Path, weights: str) -> str | None:
     return f"{p}: file not found ({holds})"
 
 
-def _nonfinite_problem(w_path: Path) -> str | None:
-    """A line naming the tensors of a readable safetensors file that hold NaN or inf, or None. Loads them (a
-    checkpoint here is well under a megabyte: milliseconds)."""
-    try:
-        with safe_open(str(w_path), framework="pt") as fh:
-            bad = [k for k in fh.keys() if not bool(torch.isfinite(fh.get_tensor(k)).all())]
-    except (SafetensorError, OSError) as e:
-        return f"{w_path}: not a valid safetensors file ({e})"
-    if not bad:
-        return None
+def nonfinite_keys(state: dict) -> list[str]:
+    """The keys of a state dict whose tensors hold NaN or inf."""
+    return [k for k, v in state.items() if not bool(torch.isfinite(v).all())]
+
+
+def _nonfinite_line(w_path: Path, bad: list[str]) -> str:
     also = f" (also {', '.join(map(repr, bad[1:4]))}{', ...' if len(bad) > 4 else ''})" if len(bad) > 1 else ""
     return f"{w_path}: tensor {bad[0]!r} holds NaN or inf values{also}; expected finite weights"
 
 
-def checkpoint_problems(cls, directory, weights: str, keys, defaults: dict) -> list[str]:
+def _nonfinite_problem(w_path: Path) -> str | None:
+    """A line naming the tensors of a readable safetensors file that hold NaN or inf, or None. Loads them (a
+    checkpoint here is well under a megabyte: milliseconds)."""
+    try:
+        bad = nonfinite_keys(load_file(str(w_path)))
+    except (SafetensorError, OSError) as e:
+        return f"{w_path}: not a valid safetensors file ({e})"
+    return _nonfinite_line(w_path, bad) if bad else None
+
+
+def checkpoint_problems(cls, directory, weights: str, keys, defaults: dict, scan_tensors: bool = True) -> list[str]:
     """Every problem of a checkpoint dir, each naming its file: both files present (a directory or a missing
     file is said to be what it is), config.json a JSON object with every key of `keys` (positive integers, this
     vocabulary and sequence lengths), the safetensors header readable and covering the whole file (a truncated
@@ -255,7 +261,7 @@ def checkpoint_problems(cls, directory, weights: str, keys, defaults: dict) -> l
     dtype_problems = [f"{w_path}: key {k!r} has dtype {dt}; expected a floating-point dtype "
                       f"({', '.join(FLOAT_DTYPES)})" for k, (dt, _) in header.items() if dt not in FLOAT_DTYPES]
     out += dtype_problems
-    if not dtype_problems:
+    if scan_tensors and not dtype_problems:     # load_module checks the tensors it loads instead
         nonfinite = _nonfinite_problem(w_path)
         out += [nonfinite] if nonfinite else []
     if cfg is None:     # no trustworthy config: shapes cannot be checked
@@ -286,7 +292,7 @@ def load_module(cls, directory, weights: str, keys, defaults: dict):
             raise FileNotFoundError(why)
         if why:
             raise CheckpointError(why)
-    problems = checkpoint_problems(cls, directory, weights, keys, defaults)
+    problems = checkpoint_problems(cls, directory, weights, keys, defaults, scan_tensors=False)
     if problems:
         raise CheckpointError("; ".join(problems))
     cfg = {k: int(v) for k, v in json.loads((directory / "config.json").read_text()).items() if k in keys}
@@ -295,6 +301,9 @@ def load_module(cls, directory, weights: str, keys, defaults: dict):
         state = load_file(str(directory / weights))
     except SafetensorError as e:
         raise CheckpointError(f"{directory / weights}: not a valid safetensors file ({e})") from None
+    bad = nonfinite_keys(state)
+    if bad:
+        raise CheckpointError(_nonfinite_line(directory / weights, bad))
     module.load_state_dict({k: v.float() for k, v in state.items()})
     module.eval()
     return module, cfg
@@ -304,6 +313,10 @@ def save_module(module, cfg: dict, directory, weights: str, keys) -> None:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
+    bad = nonfinite_keys(state)
+    if bad:     # valid settings can still diverge (a large lr): never write a checkpoint every loader refuses
+        raise RuntimeError(f"{weights} not written to {directory}: tensor(s) {bad[:3]} hold NaN or inf (training "
+                           "diverged)")
     tmp = directory / f".{weights}.tmp"
     save_file(state, str(tmp))
     tmp.replace(directory / weights)

@@ -269,3 +269,15 @@ def test_checkpoint_loaders_say_what_is_wrong(fx, tmp_path):
     shutil.copy(fx / "policy" / "config.json", d / "config.json")
     with pytest.raises(CheckpointError, match=r"policy.safetensors: is a directory, not a file"):
         load_policy(d)
+
+
+def test_no_checkpoint_with_nan_weights_is_ever_written(tmp_path):
+    """save_module refuses non-finite weights (a run that diverged from valid settings): the final checkpoint of
+    train_rl / sft / train_rm, the step_N snapshots and the stacked runs' all go through it; nothing is written."""
+    from rlhf.model import Policy, default_config, save_policy
+    pol = Policy()
+    with torch.no_grad():
+        pol.head.weight[0, 0] = float("nan")
+    with pytest.raises(RuntimeError, match=r"policy.safetensors not written .*'head.weight'.* NaN or inf"):
+        save_policy(pol, default_config(), tmp_path / "p")
+    assert not any((tmp_path / "p").glob("*.safetensors*"))

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import sys
 
-from rlhf.common import positive_int, seed_arg
 from rlhf.errors import run_cli
 
-from rlhf.cli import Parser, check_output_file
+from rlhf.atomic import check_out_file
+from rlhf.cli import Parser, positive_int, seed_arg
 from .truth import DISTRACTORS
 from .zoo import VARIANTS, zoo_config
 
@@ -84,15 +84,15 @@ def main(argv=None):
             cfg.workers = a.workers
         build(a.out, cfg, quiet=a.quiet)
     elif a.cmd == "zoo-check":
-        check_output_file(a.json, "--json")
+        check_out_file(a.json, "the --json file")
         from .zoo_check import main as zoo_check
         sys.exit(zoo_check(a.world, a.seed, a.json))
     elif a.cmd == "calibrate":
-        check_output_file(a.json, "--json")
+        check_out_file(a.json, "the --json file")
         from .calibrate import main as cal
         sys.exit(cal(a.world, a.seed, a.markdown, a.json))
     else:
-        check_output_file(a.out, "--out")
+        check_out_file(a.out, "the --out file")
         from .grade import main as grade
         sys.exit(grade(a.world, a.submission, a.seed, a.diagnosis, a.out))
 

@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlhf.common import check_fields, config_from_dict, nonneg_float, positive_float, positive_int
+from rlhf.common import config_from_dict
+from rlhf.cli import check_fields, nonneg_float, positive_float, positive_int
 from rlhf.errors import InputError
 from rlhf.vocab import FAMILIES, N_CONTENT
 

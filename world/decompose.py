@@ -32,7 +32,8 @@ from rlhf.vocab import CONTENT0, FAMILIES
 from .calibrate import pearson, rm_agreement, rm_scores
 from .config import Corruption, load_world_config
 from audit.corruption import count_row_mask, policy_favourites, wrong_lut
-from rlhf.cli import Parser, check_output_file, seed_list
+from rlhf.atomic import check_out_file
+from rlhf.cli import Parser, seed_list
 from .truth import load_truth, match_fraction, require_built_world
 
 REPLACED_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -156,7 +157,7 @@ def main(argv=None):
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
     require_built_world(a.world)
-    check_output_file(a.json, "--json")
+    check_out_file(a.json, "the --json file")
     setup_torch()
     res = decompose(a.world, a.rm_seeds, quiet=a.quiet)
     print(render(res))

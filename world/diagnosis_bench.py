@@ -39,13 +39,12 @@ from pathlib import Path
 import numpy as np
 
 from audit.stats import auroc
-from rlhf.atomic import atomic_write_text
-from rlhf.common import positive_float, positive_int, seed_arg
+from rlhf.atomic import atomic_write_text, check_out_file
 from rlhf.data import write_json
 from rlhf.errors import run_cli
 from rlhf.vocab import FAMILIES
 
-from rlhf.cli import Parser, check_output_file
+from rlhf.cli import Parser, positive_float, positive_int, seed_arg
 from .config import Corruption
 from .hazard import hazard_labels
 from .truth import require_built_world
@@ -326,7 +325,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     for w in a.worlds:
         require_built_world(w)
-    check_output_file(a.out, "--out")
+    check_out_file(a.out, "the --out file")
     if a.address not in (None, "local"):
         from audit.stress_ray import check_reachable
         try:

@@ -20,13 +20,14 @@ import numpy as np
 
 from audit import diagnostic as D
 from audit.recovery import uniform_prompts
-from rlhf.common import positive_int, setup_torch
+from rlhf.common import setup_torch
 from rlhf.data import read_jsonl, write_json
 from rlhf.errors import run_cli
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
-from rlhf.cli import Parser, check_output_file, count_list, seed_list
+from rlhf.atomic import check_out_file
+from rlhf.cli import Parser, count_list, positive_int, seed_list
 
 
 def kept(prep, pol_rm, pol_rub, cfg, eval_prompts=None) -> dict:
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny settings (tests, smoke runs)")
     a = ap.parse_args(argv)
     seeds, sizes = a.seeds, a.eval_prompts
-    check_output_file(a.out, "--out")
+    check_out_file(a.out, "the --out file")
     if len(seeds) < 2 or a.eval_draws < 2:
         ap.error("need at least two seeds and two eval draws to measure a spread")
     task = Path(a.task)

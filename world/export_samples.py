@@ -24,14 +24,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlhf.common import positive_int, seed_arg, setup_torch
+from rlhf.common import setup_torch
 from rlhf.data import prompts_tensor
 from rlhf.errors import InputError
 from rlhf.model import load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 
-from rlhf.cli import Parser
+from rlhf.cli import Parser, positive_int, seed_arg
 from .config import RUNS, load_world_config
 from .truth import (expert_noise, load_truth, match_fraction, policy_samples, random_prompt_records,
                     require_built_world, true_quality)

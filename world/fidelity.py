@@ -11,14 +11,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlhf.common import seed_arg, setup_torch
+from rlhf.common import setup_torch
 from rlhf.data import labels_tensor, read_jsonl
 from rlhf.errors import run_cli
 from rlhf.reward_model import load_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import pearson, rm_scores
-from rlhf.cli import Parser
+from rlhf.cli import Parser, seed_arg
 from .config import Corruption, preset
 from .crowd import draw_crowd_batch, retrain_rm
 from .truth import require_built_world

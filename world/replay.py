@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlhf.common import positive_int, seed_arg, setup_torch
+from rlhf.common import setup_torch
 from rlhf.data import read_jsonl, write_json
 from rlhf.errors import InputError, run_cli
 from rlhf.model import load_policy
@@ -32,7 +32,7 @@ from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import rm_agreement
-from rlhf.cli import Parser
+from rlhf.cli import Parser, positive_int, seed_arg
 from .config import corruption_from_dict, load_world_config
 from .crowd import crowd_batch, qa_sample
 from .hazard import strong_recipe

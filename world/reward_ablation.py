@@ -21,14 +21,15 @@ from pathlib import Path
 
 import torch
 
-from rlhf.common import positive_int, seed_arg, setup_torch
+from rlhf.common import setup_torch
 from rlhf.data import write_json
 from rlhf.errors import run_cli
 from rlhf.reward_model import load_rm, score
 from rlhf.train_rl import RLTrainer
 from rlhf.vocab import FAMILIES
 
-from rlhf.cli import Parser, check_output_file
+from rlhf.atomic import check_out_file
+from rlhf.cli import Parser, positive_int, seed_arg
 from .truth import load_truth, require_built_world, true_quality
 
 REWARDS = ("rubric", "rm", "hybrid")
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="JSON with every row")
     a = ap.parse_args(argv)
     world = require_built_world(a.world)       # its oracle too: a corrupt truth.json is refused before training
-    check_output_file(a.out, "--out")
+    check_out_file(a.out, "the --out file")
     kinds = [k for k in a.rewards.split(",") if k]
     fams = {f for f in a.rm_families.split(",") if f}
     if bad := [k for k in kinds if k not in REWARDS] + sorted(fams - set(FAMILIES)):

@@ -25,11 +25,11 @@ import numpy as np
 
 from audit.samples_audit import SamplesAudit, SamplesConfig
 from audit.samples_table import DesignConfig, load
-from rlhf.common import positive_int
 from rlhf.data import write_json
 from rlhf.errors import InputError, run_cli
 
-from rlhf.cli import Parser, check_output_file, count_list, seed_list
+from rlhf.atomic import check_out_file
+from rlhf.cli import Parser, count_list, positive_int, seed_list
 from .export_samples import check_export, export
 from .grade import exact_rule
 from .truth import read_json, require_built_world
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     seeds = a.seeds
     for w in a.worlds:                      # the worlds and every setting before any work (exit 2, nothing written)
         require_built_world(w)
-    check_output_file(a.out, "--out")
+    check_out_file(a.out, "the --out file")
     cache = Path(a.cache) if a.cache else Path("/tmp") / "samples_export"
     if cache.exists() and not cache.is_dir():
         raise InputError(f"--cache {cache}: exists and is not a directory")

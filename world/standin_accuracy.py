@@ -35,7 +35,8 @@ from rlhf.model import CheckpointError, load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0
 
-from rlhf.cli import Parser, check_output_file, seed_list
+from rlhf.atomic import check_out_file
+from rlhf.cli import Parser, seed_list
 from .truth import load_truth, require_built_world, rubric_tokens
 
 
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     world = require_built_world(a.world)
     seeds = a.seeds
-    check_output_file(a.out, "--out")
+    check_out_file(a.out, "the --out file")
     dirs = [Path(p) for p in a.rm_dirs.split(",") if p]
     for p in [world / "task" / "policy" / "config.json",
               *(d / n for d in dirs for n in ("rm.safetensors", "train.jsonl"))]:

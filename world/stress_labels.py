@@ -22,13 +22,13 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from audit.hazard import hazard_labels
-from rlhf.common import positive_int, seed_arg
 from rlhf.data import write_json
 from rlhf.errors import InputError, run_cli
 from rlhf.vocab import FAMILIES
 
 from .hazard import _worker, strong_recipe
-from rlhf.cli import Parser, check_output_file
+from rlhf.atomic import check_out_file
+from rlhf.cli import Parser, positive_int, seed_arg
 from .truth import read_json, require_built_world
 
 
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     world = require_built_world(a.world)
     results = stress_results(Path(a.stress_dir))
-    check_output_file(a.out, "--out")
+    check_out_file(a.out, "the --out file")
     recipe = dataclasses.asdict(strong_recipe(world / "task", a.steps, a.batch_prompts, a.samples_per_prompt, a.seed))
     cache = str(Path(a.cache_dir) if a.cache_dir else world / "stress_label_cache")
     keys = list(results)
