@@ -4,6 +4,7 @@ report counts, and the labels a crowd working from it gives. Pure numpy on conte
 a world's oracle -- the caller passes the rubric (the world its hidden truth, the audit its recovered one)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,10 @@ class Corruption:
     count_rows: str | list = "random"    # "random" or a key [[attr, op, value], ...] with op in < <= == >= >
 
     def __post_init__(self):
+        for k in ("rho", "scale", "replaced_share", "crowd_noise"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"Corruption key {k!r}: expected a finite number, got {v!r}")
         if self.kind not in ("none", "wrong_rubric", "scaled"):
             raise ValueError(f"Corruption.kind must be none|wrong_rubric|scaled, got {self.kind!r}")
         if self.replacement not in ("policy", "policy_sampled", "uniform"):

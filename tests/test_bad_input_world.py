@@ -117,7 +117,7 @@ def test_a_truncated_truth_json_is_refused_by_every_tool_naming_the_file(tmp_pat
     ("a zero count in config", None, world_json_text(grade_samples_per_family=0), None,
      "oracle/world.json: key 'config': world config: key 'grade_samples_per_family': expected an integer >= 1"),
     ("truncated corruption.json", None, None, "cut", "oracle/corruption.json: not valid JSON"),
-    ("corruption.json bad kind", None, None, '{"dune": {"kind": "worse"}}', "oracle/corruption.json: key 'dune'.kind"),
+    ("corruption.json bad kind", None, None, '{"dune": {"kind": "worse"}}', "oracle/corruption.json: key 'dune': Corruption.kind must be"),
 ])
 def test_other_broken_oracle_files_are_named_with_their_key(tmp_path, capsys, what, truth, world, corruption, names):
     obj = json.loads(truth_text())
@@ -172,8 +172,8 @@ def test_world_build_refuses_bad_values_in_one_line(tmp_path, capsys):
                         (["--seed", "-1"], "argument --seed: a seed is an integer"),
                         (["--seed", str(2**64)], "argument --seed: a seed is an integer"),
                         (["--workers", "0"], "argument --workers: expected an integer >= 1"),
-                        (["--corruption", '{"dune": {"rho": "x"}}'], "corruption['dune']: key 'rho'"),
-                        (["--corruption", '{"dune": {"scale": NaN}}'], "corruption['dune']: key 'scale'"),
+                        (["--corruption", '{"dune": {"rho": "x"}}'], "corruption['dune']: Corruption key 'rho'"),
+                        (["--corruption", '{"dune": {"scale": NaN}}'], "corruption['dune']: Corruption key 'scale'"),
                         ([], "the following arguments are required: --out")]:
         argv = ["build", *(["--out", out, "--preset", "tiny"] if args else ["--preset", "tiny"]), *args]
         rc, err = run("world.__main__", argv, capsys)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +23,6 @@ def corruption_from_dict(c, where: str) -> Corruption:
     that is not a finite number, a bad kind or share (Corruption's own checks)."""
     if not isinstance(c, dict):
         raise ValueError(f"{where}: expected an object of Corruption fields, got {c!r}")
-    for k in ("rho", "scale", "replaced_share", "crowd_noise"):
-        v = c.get(k, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"{where}: key {k!r}: expected a finite number, got {v!r}")
     try:
         return config_from_dict(Corruption, c, where)      # an unknown key: InputError naming it
     except InputError:
@@ -170,9 +165,9 @@ def load_corruption(world) -> dict:
     for f, c in obj.items():
         if f not in FAMILIES:
             raise InputError(f"{path}: key {f!r}: unknown family; expected one of {', '.join(FAMILIES)}")
-        if not isinstance(c, dict):
-            raise InputError(f"{path}: key {f!r}: expected an object of the family's Corruption fields, got "
-                             f"{type(c).__name__}")
-        if c.get("kind") not in ("none", "wrong_rubric", "scaled"):
-            raise InputError(f"{path}: key {f!r}.kind: expected none, wrong_rubric or scaled, got {c.get('kind')!r}")
+        fields = {k: v for k, v in c.items() if k not in ("stats", "wrong_lut")} if isinstance(c, dict) else c
+        try:
+            corruption_from_dict(fields, f"{path}: key {f!r}")      # Corruption's own checks, one place
+        except ValueError as e:
+            raise InputError(str(e)) from None
     return obj
