@@ -552,13 +552,17 @@ def check_complete(doc: dict, path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- render
-def render(evidence_path, out_dir, *, rule_text: str | None = None, figures: bool = True) -> dict:
+def render(evidence_path, out_dir, *, rule_text: str | None = None, figures: bool = True,
+           complete: bool = False) -> dict:
     """Render out_dir/{answer.json, summary.md, figures/*.png, evidence.json} from evidence_path; returns the
     answer dict. Raises ValueError (AnswerSchemaError) before writing anything when the evidence is malformed or
-    the answer would violate the schema. Temp files live in out_dir/.staging (removed when left empty)."""
+    the answer would violate the schema; with complete=True (the command), also InputError when a claim the
+    answer needs is missing (check_complete). Temp files live in out_dir/.staging (removed when left empty)."""
     evidence_path, out_dir = Path(evidence_path), Path(out_dir)
     doc = load_evidence(evidence_path)
     check_door(doc, evidence_path)
+    if complete:
+        check_complete(doc, evidence_path)
     answer = build_answer(doc)
     answer_text = render_answer_text(answer)          # validated; nothing has been written yet
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -592,10 +596,7 @@ def _main(argv=None) -> int:
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
     try:
-        doc = load_evidence(args.evidence)
-        check_door(doc, args.evidence)
-        check_complete(doc, args.evidence)
-        answer = render(args.evidence, out, rule_text=args.rule_text, figures=not args.no_figures)
+        answer = render(args.evidence, out, rule_text=args.rule_text, figures=not args.no_figures, complete=True)
     except InputError:
         raise
     except ValueError as e:           # malformed evidence, or an answer the schema refuses (the evidence file is this
