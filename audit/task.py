@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlhf.data import json_error, read_jsonl_lines
+from rlhf.data import json_error, read_json_object, read_jsonl_lines
 from rlhf.errors import InputError
 from rlhf.model import POLICY_KEYS, Policy, checkpoint_problems, default_config, load_policy
 from rlhf.reward_model import RM_KEYS, RewardModel, default_config as rm_default_config, load_rm
@@ -104,20 +104,10 @@ class _Problems:
 def _json_object(path: Path, P: _Problems, what: str):
     """A JSON object from path, or None (the problem reported)."""
     try:
-        obj = json.loads(path.read_bytes().decode("utf-8"))
-    except json.JSONDecodeError as e:
-        P.add(path, f"{path}: not valid JSON ({json_error(e)}); expected {what}")
+        return read_json_object(path, what)
+    except InputError as e:
+        P.add(path, str(e))
         return None
-    except UnicodeDecodeError:
-        P.add(path, f"{path}: not UTF-8 text; expected {what}")
-        return None
-    except OSError as e:
-        P.add(path, f"{path}: cannot be read ({e.strerror})")
-        return None
-    if not isinstance(obj, dict):
-        P.add(path, f"{path}: expected {what}, got a JSON {type(obj).__name__}")
-        return None
-    return obj
 
 
 def _labelled(root: Path, rel: str, require, label_range, min_per_family, P: _Problems) -> list[dict]:

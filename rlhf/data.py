@@ -27,6 +27,30 @@ def json_error(e: json.JSONDecodeError, line: bool = False) -> str:
     return f"{msg} at column {e.colno}" if line else f"{msg} at line {e.lineno} column {e.colno}"
 
 
+def read_json_object(path, expected: str = "a JSON object") -> dict:
+    """The JSON object in `path` (a task's config, a world's oracle file, a cached result), or DataError naming
+    the file and what is wrong with it: missing, unreadable, not JSON (a truncated write), not an object."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found; expected {expected}") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory; expected a file holding {expected}") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text; expected {expected}") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror}); expected {expected}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "the file is empty" if not text.strip() else f"not valid JSON ({json_error(e)})"
+        raise DataError(f"{path}: {what}; expected {expected}") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}: expected {expected}, got a JSON {type(obj).__name__}")
+    return obj
+
+
 def _check_record(rec, where: str) -> dict:
     if not isinstance(rec, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")

@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlhf.common import config_from_dict
+from rlhf.data import read_json_object
 from rlhf.cli import check_fields, nonneg_float, positive_float, positive_int
 from rlhf.errors import InputError
 from rlhf.vocab import FAMILIES, N_CONTENT
 
 from audit.corruption import COUNT_ROW_OPS, Corruption  # noqa: F401 (re-exported: world.config.Corruption)
 
-from .truth import DISTRACTORS, read_json
+from .truth import DISTRACTORS
 
 PILOT_MIX = {"anvil": 0.222, "birch": 0.229, "cobalt": 0.217, "dune": 0.024, "ember": 0.098, "fjord": 0.211}
 FOURFAM = {"anvil": 1.0, "birch": 1.0, "cobalt": 1.0, "fjord": 1.0}
@@ -145,7 +146,7 @@ assert set(PILOT_MIX) == set(FAMILIES)
 def load_world_config(world) -> WorldConfig:
     """The WorldConfig a world was built with (WORLD/oracle/world.json); an unknown key is a clear error."""
     path = Path(world) / "oracle" / "world.json"
-    cfg = read_json(path, "the build record {\"config\": {WorldConfig field: value}, ...}").get("config")
+    cfg = read_json_object(path, "the build record {\"config\": {WorldConfig field: value}, ...}").get("config")
     if not isinstance(cfg, dict):
         raise InputError(f"{path}: key 'config': expected an object {{WorldConfig field: value}}, got "
                          f"{'nothing' if cfg is None else type(cfg).__name__}")
@@ -161,7 +162,7 @@ def load_corruption(world) -> dict:
     """A built world's crowd corruption as the build recorded it (WORLD/oracle/corruption.json: {family:
     {Corruption field: value, "stats": ..., "wrong_lut": ...}}), checked family by family."""
     path = Path(world) / "oracle" / "corruption.json"
-    obj = read_json(path, "{family: {Corruption field: value, ...}} as python -m world build writes it")
+    obj = read_json_object(path, "{family: {Corruption field: value, ...}} as python -m world build writes it")
     for f, c in obj.items():
         if f not in FAMILIES:
             raise InputError(f"{path}: key {f!r}: unknown family; expected one of {', '.join(FAMILIES)}")

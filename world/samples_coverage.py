@@ -25,14 +25,14 @@ import numpy as np
 
 from audit.samples_audit import SamplesAudit, SamplesConfig
 from audit.samples_table import DesignConfig, load
-from rlhf.data import write_json
+from rlhf.data import read_json_object, write_json
 from rlhf.errors import InputError, run_cli
 
 from rlhf.atomic import check_out_file
 from rlhf.cli import Parser, count_list, positive_int, seed_list
 from .export_samples import check_export, export
 from .grade import exact_rule
-from .truth import read_json, require_built_world
+from .truth import require_built_world
 
 
 def _within(ci, v) -> bool:
@@ -40,7 +40,7 @@ def _within(ci, v) -> bool:
 
 
 def audit_world(exp_dir: Path, gold: int, seed: int) -> dict:
-    truth = read_json(exp_dir / "oracle" / "truth.json", "an export's truth (python -m world export-samples)")
+    truth = read_json_object(exp_dir / "oracle" / "truth.json", "an export's truth (python -m world export-samples)")
     t = load(exp_dir / "samples.jsonl", exp_dir / "gold.jsonl", reference=truth["reference"],
              design=DesignConfig(min_gold=min(10, gold)))
     rng = np.random.default_rng(seed + gold)
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     for w, seed, exp in exports:            # every export's settings (and an earlier export there) before any work
         check_export(w, exp, a.samples, budgets[0], a.truth_samples)
         if (exp / "oracle" / "truth.json").exists():
-            read_json(exp / "oracle" / "truth.json", "an export's truth (python -m world export-samples)")
+            read_json_object(exp / "oracle" / "truth.json", "an export's truth (python -m world export-samples)")
     for w, seed, exp in exports:
         if not (exp / "oracle" / "truth.json").exists():
             export(w, exp, samples=a.samples, gold=budgets[0], seed=seed, truth_samples=a.truth_samples,

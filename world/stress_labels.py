@@ -22,14 +22,14 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from audit.hazard import hazard_labels
-from rlhf.data import write_json
+from rlhf.data import read_json_object, write_json
 from rlhf.errors import InputError, run_cli
 from rlhf.vocab import FAMILIES
 
 from .hazard import _worker, strong_recipe
 from rlhf.atomic import check_out_file
 from rlhf.cli import Parser, positive_int, seed_arg
-from .truth import read_json, require_built_world
+from .truth import require_built_world
 
 
 def stress_results(stress_dir: Path) -> dict:
@@ -41,7 +41,7 @@ def stress_results(stress_dir: Path) -> dict:
     for p in sorted(stress_dir.glob("*.json")):
         if p.name == "rubric_gain.json":
             continue
-        res = read_json(p, "a stress batch's stored result (audit.certify's stress stage)")
+        res = read_json_object(p, "a stress batch's stored result (audit.certify's stress stage)")
         if "hazard" in res and (stress_dir / f"rm-{p.stem}" / "rm.safetensors").is_file():
             out[p.stem] = res
     if not out:

@@ -3,14 +3,13 @@ distractor rule (another attribute + its own LUT) that the noisy demonstrations 
 and the exact true quality of a policy (Monte Carlo on fresh prompts, standard error reported)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from audit.corruption import match_fraction  # noqa: F401 (re-exported: world.truth.match_fraction)
-from rlhf.data import json_error, prompts_tensor
+from rlhf.data import prompts_tensor, read_json_object
 from rlhf.errors import InputError
 from rlhf.model import sample
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES, N_CONTENT, RESP_LEN
@@ -70,29 +69,6 @@ def truth_to_json(truth: dict, expert_noise: float) -> dict:
     return {"families": fam, "expert_noise_sd": expert_noise}
 
 
-def read_json(path, expected: str = "a JSON object") -> dict:
-    """The JSON object in `path` (a world's oracle file, an export's truth, a cached result), or InputError naming
-    the file and what is wrong with it: missing, unreadable, not JSON (a truncated write), not an object."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found; expected {expected}") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory; expected a file holding {expected}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text; expected {expected}") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot be read ({e.strerror}); expected {expected}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        what = "the file is empty" if not text.strip() else f"not valid JSON ({json_error(e)})"
-        raise InputError(f"{path}: {what}; expected {expected}") from None
-    if not isinstance(obj, dict):
-        raise InputError(f"{path}: expected {expected}, got a JSON {type(obj).__name__}")
-    return obj
-
 
 # every built world has these (python -m world build writes world.json last, then renames the dir into place)
 ORACLE_JSON = {"truth.json": "the hidden rubric {\"families\": ..., \"expert_noise_sd\": ...}",
@@ -120,7 +96,7 @@ def require_built_world(world) -> Path:
 def read_truth_json(world) -> dict:
     """WORLD/oracle/truth.json as the build wrote it, checked (InputError naming the file and the key)."""
     path = Path(world) / "oracle" / "truth.json"
-    obj = read_json(path, ORACLE_JSON["truth.json"])
+    obj = read_json_object(path, ORACLE_JSON["truth.json"])
     check_truth_json(obj, str(path))
     return obj
 
