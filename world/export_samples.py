@@ -33,8 +33,8 @@ from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 
 from rlhf.cli import Parser, positive_int, seed_arg
 from .config import RUNS, load_world_config
-from .truth import (expert_noise, load_truth, match_fraction, policy_samples, random_prompt_records,
-                    require_built_world, true_quality)
+from .truth import (match_fraction, policy_samples, random_prompt_records, read_truth_json, require_built_world,
+                    true_quality, truth_from_json)
 
 REFERENCE = "reference"
 
@@ -76,8 +76,8 @@ def export(world, out, *, samples: int = 1000, gold: int = 100, seed: int = 0, t
     world, out = Path(world), Path(out)
     task = world / "task"
     check_export(world, out, samples, gold, truth_samples)
-    truth = load_truth(world)
-    noise = expert_noise(world)
+    truth_json = read_truth_json(world)         # read once, checked: the rubric and the experts' noise
+    truth, noise = truth_from_json(truth_json), float(truth_json["expert_noise_sd"])
     rm, _ = load_rm(task / "reward_model")
     rng = np.random.default_rng(seed)
     names = [REFERENCE] + [r[0] for r in RUNS if (task / "runs" / r[0]).is_dir()]
@@ -137,7 +137,6 @@ def main(argv=None) -> int:
     ap.add_argument("--format", choices=["jsonl", "csv", "parquet"], default="jsonl")
     ap.add_argument("--seed", type=seed_arg, default=0)
     a = ap.parse_args(argv)
-    check_export(a.world, a.out, a.samples, a.gold, a.truth_samples)
     export(a.world, a.out, samples=a.samples, gold=a.gold, seed=a.seed, truth_samples=a.truth_samples, fmt=a.format)
     print(f"wrote {a.out}/samples.{a.format}, gold.{a.format}, oracle/truth.json")
     return 0

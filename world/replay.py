@@ -110,7 +110,6 @@ def main(argv=None):
     except json.JSONDecodeError as e:
         raise InputError(f"--corruption: not valid JSON ({e.msg}); expected {{family: {{Corruption field: value}}}}") \
             from None
-    replay_config(a.world, a.out, corruption, a.rm_epochs)     # exit 2 before any work, OUT untouched
     setup_torch()
     print(json.dumps(replay(a.world, a.out, corruption, a.seed, rl=not a.no_rl, quiet=a.quiet,
                                    rm_epochs=a.rm_epochs), indent=1))
