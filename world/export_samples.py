@@ -17,13 +17,13 @@ exact mean of the exported rows themselves) is written apart, to DIR/oracle/trut
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from rlhf.atomic import atomic_dir
 from rlhf.common import setup_torch
 from rlhf.data import prompts_tensor
 from rlhf.errors import InputError
@@ -108,18 +108,14 @@ def export(world, out, *, samples: int = 1000, gold: int = 100, seed: int = 0, t
             print(f"[export {time.time() - t0:5.0f}s] {name}: balanced true quality {tq['balanced']:.3f}", flush=True)
     perm = rng.permutation(len(grows))     # gold rows in no particular order
     grows = [grows[i] for i in perm]
-    tmp = out.parent / f".{out.name}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "oracle").mkdir(parents=True)
-    write_table(srows, tmp / f"samples.{fmt}")
-    write_table(grows, tmp / f"gold.{fmt}")
     meta = {"world": str(world), "world_variant": load_world_config(world).variant, "seed": seed,
             "samples_per_cell": samples, "gold_per_cell": gold, "truth_samples_per_family": truth_samples,
             "reference": REFERENCE, "expert_noise_sd": noise, "runs": oracle}
-    (tmp / "oracle" / "truth.json").write_text(json.dumps(meta, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    with atomic_dir(out) as tmp:        # replaces an earlier export whole, and only once this one is written
+        (tmp / "oracle").mkdir()
+        write_table(srows, tmp / f"samples.{fmt}")
+        write_table(grows, tmp / f"gold.{fmt}")
+        (tmp / "oracle" / "truth.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
 
 
