@@ -111,6 +111,7 @@ def build_answer(doc: dict) -> dict:
                                      for k in ("n_gold", "labels_to_halve", "line")} for c in claims.named(AGREE)},
         "design": {"cells_tested": len(design),
                    "not_random": [c["param"] for c in design if c["status"] != "pass"]},
+        "intervals": next((c["details"].get("intervals") for c in run_claims if c["details"].get("intervals")), None),
         "release_rule": {"text": rule.get("text"), "min_balanced_gain": rule.get("min_balanced_gain"),
                          "balanced_ci_lower_gt": rule.get("balanced_ci_lower_gt"),
                          "family_ci_lower_gt": rule.get("family_ci_lower_gt"), "confidence": rule.get("confidence")},
@@ -159,13 +160,14 @@ def make_figures(answer: dict, claims: Claims, fig_dir: Path, tmp_dir: Path) -> 
                     lo, hi = p["ci95"]
                     ax.errorbar([k - 0.1], [p["estimate"]], yerr=[[p["estimate"] - lo], [hi - p["estimate"]]],
                                 fmt="o", color="tab:red" if runs[name]["is_reference"] else f"C{k % 10}",
-                                capsize=3, label="PPI++" if k == 0 else None)
+                                capsize=3, label="with the proxy" if k == 0 else None)
             ax.set_title(f)
             ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("estimated true quality (95% CI)")
         axes[0][0].legend(fontsize=7)
-        fig.suptitle("per family and run: PPI++ estimate and interval (colour) vs the gold-only interval (grey)",
+        fig.suptitle("per family and run: the estimate and 95% interval with the proxy (colour) vs the gold-only "
+                     "interval (grey)",
                      fontsize=9)
         _save(fig, fig_dir / "estimates.png", tmp_dir)
         plt.close(fig)

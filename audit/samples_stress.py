@@ -97,7 +97,8 @@ def stress(audit, examples: int, n_resamples: int = 400) -> dict:
 
     from .samples_audit import SamplesAudit
     cfg = dataclasses.replace(audit.cfg, n_resamples=n_resamples)
-    base = SamplesAudit(audit.t, audit.reference, cfg)
+    cache = audit._shared          # cells of families a corruption leaves alone are the audit's own, not redrawn
+    base = SamplesAudit(audit.t, audit.reference, cfg, cell_cache=cache)
     flags0 = _flags(base, base.agreement(spearman=False, ci_method="percentile"))
     verdicts0 = _verdicts(audit)
     results = []
@@ -110,7 +111,7 @@ def stress(audit, examples: int, n_resamples: int = 400) -> dict:
         if len(results) >= examples:
             return
         t2 = dataclasses.replace(audit.t, proxy=corrupt(audit.t, spec))
-        a2 = SamplesAudit(t2, audit.reference, cfg)
+        a2 = SamplesAudit(t2, audit.reference, cfg, cell_cache=cache)
         results.append({"spec": spec, "flags": _flags(a2, a2.agreement(spearman=False, ci_method="percentile")), "verdicts": _verdicts(a2)})
 
     if examples > 0:

@@ -335,8 +335,9 @@ def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]
         t.design[(r, f)] = {"p_value": p, "level": level, "random": ok, "n_gold": len(g), "n_unlabeled": len(u),
                             "test": "two-sample Kolmogorov-Smirnov, gold rows' proxy vs the cell's unlabelled rows"}
         if not ok and design.nonrandom_gold == "refuse":
-            problems.append(f"{t.gold_path}: {where}: the {len(g)} gold rows' proxy_reward is not distributed like "
+            problems.append(f"{t.gold_path}: {where}: the {len(g)} gold rows' proxy_reward is distributed unlike "
                             f"the cell's other {len(u)} rows (KS p = {p:.2g} < {level:.2g}, i.e. {design.alpha:g} "
-                            f"over {len(cells)} cells): the gold rows are not a random subset (docs/samples.md); "
-                            "relabel a random subset, or pass --nonrandom-gold widen --gold-range LO HI for "
-                            "worst-case intervals")
+                            f"over {len(cells)} cells): the intervals need a random subset (docs/samples.md), and "
+                            f"this test refuses at most {design.alpha:.0%} of tables whose gold rows are one "
+                            "(--design-alpha); relabel a random subset, or pass --nonrandom-gold widen "
+                            "--gold-range LO HI for worst-case intervals")
