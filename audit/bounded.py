@@ -40,7 +40,8 @@ the interval's width, from 0 (gold only) to 1 -- not PPI++'s variance-optimal we
 Monte Carlo: `draws` (default 10,000) Dirichlet draws per sample; the boundary weight D_0 ~ Beta(1, n) on a
 stratified grid of its quantiles (exact for all-equal samples up to 1/draws), the other weights exponential; for a
 sample of more than MAX_EXACT values (the unlabelled rows) the Dirichlet mean of the values is drawn from the
-normal with its exact mean and variance. A bound is an order statistic of the draws, on the conservative side.
+normal with its exact mean and variance. A bound is an order statistic of the draws, on the conservative side
+of the quantile.
 Each sample's draws come from its own seeded stream (`stream`): a bound does not depend on what else is computed.
 
 Batches: every function takes a leading batch axis (rows = independent replicates sharing one stream's Dirichlet
@@ -155,15 +156,21 @@ def fixed(lo, hi, shape=(), draws: int = DRAWS) -> Sample:
     return Sample(mid, lo, hi, np.repeat(mid[..., None], draws, -1), np.zeros(draws), fixed=True)
 
 
+def _rank(n_draws: int, confidence: float) -> int:
+    """0-based index of the order statistic that bounds at level (1 - confidence)/2: the k-th smallest of B draws
+    sits at quantile level k / (B + 1) on average, so k = floor((1 - confidence)/2 * (B + 1)), never above it."""
+    return max(int(np.floor((1.0 - confidence) / 2 * (n_draws + 1))) - 1, 0)
+
+
 def lower_bound(t: np.ndarray, confidence: float) -> np.ndarray:
-    """The (1 - confidence)/2 quantile of draws t (last axis), as the order statistic at or below it."""
-    k = int(np.floor((1.0 - confidence) / 2 * t.shape[-1]))
+    """The (1 - confidence)/2 quantile of draws t (last axis), as an order statistic at or below it."""
+    k = _rank(t.shape[-1], confidence)
     return np.partition(t, k, axis=-1)[..., k]
 
 
 def upper_bound(t: np.ndarray, confidence: float) -> np.ndarray:
-    """The (1 + confidence)/2 quantile of draws t (last axis), as the order statistic at or above it."""
-    k = t.shape[-1] - 1 - int(np.floor((1.0 - confidence) / 2 * t.shape[-1]))
+    """The (1 + confidence)/2 quantile of draws t (last axis), as an order statistic at or above it."""
+    k = t.shape[-1] - 1 - _rank(t.shape[-1], confidence)
     return np.partition(t, k, axis=-1)[..., k]
 
 

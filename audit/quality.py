@@ -4,20 +4,21 @@ scored by the recovered rubrics. Default method "posterior": the estimate is the
 policy trained against the recovered rubric, which the fit itself would credit in full); "bootstrap": the
 fit's score with refits on resampled rows. The 95% CI combines the rubric's uncertainty (the policy's samples
 rescored under every draw; the larger side of the spread used both ways, see stats.combine_ci) with
-Monte-Carlo sampling error, clipped to the quantity's range. Deltas against the reference are paired: the same
-prompts and the same random numbers for both policies (common random numbers), so shared noise cancels."""
+Monte-Carlo sampling error, clipped to the quantity's range. The sampling error's half-widths come from the
+finite-sample interval of a bounded mean (audit.bounded) on the per-prompt scores, which lie in [0, 1] (their
+differences in [-1, 1]): a policy whose every sample scores 1 still gets an interval below 1, never a zero-width
+one. Deltas against the reference are paired: the same prompts and the same random numbers for both policies
+(common random numbers), so shared noise cancels."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
+from . import bounded
 from .recovery import sample_arrays, uniform_prompts
 from .stats import combine_ci
 
-
-Z95 = float(stats.norm.ppf(0.975))
 
 
 def _rubric_hw(draws, estimate) -> float:
@@ -27,11 +28,36 @@ def _rubric_hw(draws, estimate) -> float:
     return max(combine_ci(draws, 0.0, estimate=estimate, symmetric=True)["rubric_halfwidths"])
 
 
-def _interval(estimate, rubric_hw, se, lo, hi) -> list:
-    """estimate +- sqrt(rubric_hw^2 + (z se)^2), clipped to what the quantity can be: a quality lies in [0, 1], a
-    change in [-1, 1] (a wide interval can otherwise cross the bound next to a near-perfect policy)."""
-    hw = float(np.hypot(rubric_hw, Z95 * se))
-    return [max(estimate - hw, lo), min(estimate + hw, hi)]
+def _interval(estimate, rubric_hw, sampling_hw, lo, hi) -> list:
+    """estimate - sqrt(rubric_hw^2 + sampling_lo^2), estimate + sqrt(rubric_hw^2 + sampling_hi^2), clipped to what
+    the quantity can be: a quality lies in [0, 1], a change in [-1, 1] (a wide interval can otherwise cross the
+    bound next to a near-perfect policy)."""
+    s_lo, s_hi = sampling_hw
+    return [max(estimate - float(np.hypot(rubric_hw, s_lo)), lo), min(estimate + float(np.hypot(rubric_hw, s_hi)), hi)]
+
+
+def _sampling_hw(terms, seed: int, key) -> tuple:
+    """(below, above): the half-widths of the finite-sample 95% interval of sum_k w_k mean(x_k) for independent
+    per-prompt scores x_k in [lo_k, hi_k], terms = [(w_k, x_k, lo_k, hi_k)] (audit.bounded)."""
+    parts = [(w, bounded.draw(x, lo, hi, bounded.stream(seed, *key, k))) for k, (w, x, lo, hi) in enumerate(terms)]
+    out = bounded.interval(parts, 0.95)
+    lo_b, hi_b = out["ci95"]
+    return max(out["estimate"] - lo_b, 0.0), max(hi_b - out["estimate"], 0.0)
+
+
+def intervals(method: str, n_boot: int) -> dict:
+    """Which intervals the task door's quality figures use and why, for the report."""
+    rubric = ("the rubric's uncertainty: the policy's samples rescored under {b} posterior draws of the recovered "
+              "rubric" if method == "posterior" else "the rubric's uncertainty: {b} rubric refits on resampled "
+              "gold") + "; the larger side of their 95% spread, used both ways"
+    return {"method": "recovered-rubric quality: rubric uncertainty combined in quadrature with the sampling error",
+            "rubric": rubric.format(b=n_boot),
+            "sampling": f"{bounded.METHOD} of the per-prompt scores (in [0, 1]; paired differences in [-1, 1]), "
+                        "balanced figures with one pseudo-observation for the sum (audit.bounded)",
+            "confidence": 0.95,
+            "why": "the gold labels fit the rubric that scores every policy, so the rubric's uncertainty dominates; "
+                   "the sampling part is a finite-sample interval for a bounded score, so a policy whose every "
+                   "sample scores 1 still gets an interval below 1 (docs/intervals.md)"}
 
 
 @dataclass
@@ -90,32 +116,41 @@ class QualityEstimator:
         s = self.scores(key, policy)
         r = self.scores(*reference) if reference else None
         fams = list(self.rubrics)
-        per, hw_q, hw_d, se_q, se_d = {}, [], [], [], []
+        seed, ref_key = self.cfg.seed, (reference[0] if reference else None)
+        per, hw_q, hw_d, se_q, se_d, pps, diffs = {}, [], [], [], [], [], []
         for f in fams:
             point, q_draws = self._point_and_draws(s[f], method)
             pp = self._per_prompt(point)
             q, q_se = float(point.mean()), float(pp.std(ddof=1) / np.sqrt(len(pp)))
             hw_q.append(_rubric_hw(q_draws, q))
             se_q.append(q_se)
-            res = {"estimate": q, "se_sampling": q_se, "ci95": _interval(q, hw_q[-1], q_se, 0.0, 1.0)}
+            pps.append(pp)
+            res = {"estimate": q, "se_sampling": q_se,
+                   "ci95": _interval(q, hw_q[-1], _sampling_hw([(1.0, pp, 0.0, 1.0)], seed, (key, f)), 0.0, 1.0)}
             if r is not None:
                 rpoint, r_draws = self._point_and_draws(r[f], method)
                 diff = pp - self._per_prompt(rpoint)
+                diffs.append(diff)
                 d, d_se = float(point.mean() - rpoint.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
                 hw_d.append(_rubric_hw(q_draws - r_draws, d))
                 se_d.append(d_se)
                 res.update(reference=float(rpoint.mean()), delta=d, delta_se_sampling=d_se,
-                           delta_ci95=_interval(d, hw_d[-1], d_se, -1.0, 1.0))
+                           delta_ci95=_interval(d, hw_d[-1], _sampling_hw([(1.0, diff, -1.0, 1.0)], seed,
+                                                                          (key, ref_key, f)), -1.0, 1.0))
             per[f] = res
+        w = 1.0 / len(fams)
         bal = float(np.mean([per[f]["estimate"] for f in fams]))
         bal_se = float(np.sqrt(np.sum(np.square(se_q))) / len(fams))
         out = {"per_family": per, "estimate": bal, "method": method,
-               "ci95": _interval(bal, float(np.mean(hw_q)), bal_se, 0.0, 1.0),
+               "ci95": _interval(bal, float(np.mean(hw_q)),
+                                 _sampling_hw([(w, x, 0.0, 1.0) for x in pps], seed, (key, "balanced")), 0.0, 1.0),
                "se_sampling": bal_se, "n_boot": int(len(q_draws)),
+               "sampling_interval": bounded.METHOD + " on the per-prompt scores",
                "prompts_per_family": self.cfg.prompts_per_family, "samples_per_prompt": self.cfg.samples_per_prompt}
         if r is not None:
             d = float(np.mean([per[f]["delta"] for f in fams]))
-            d_se = float(np.sqrt(np.sum(np.square(se_d))) / len(fams))
             out.update(reference=float(np.mean([per[f]["reference"] for f in fams])), delta=d,
-                       delta_ci95=_interval(d, float(np.mean(hw_d)), d_se, -1.0, 1.0))
+                       delta_ci95=_interval(d, float(np.mean(hw_d)),
+                                            _sampling_hw([(w, x, -1.0, 1.0) for x in diffs], seed,
+                                                         (key, ref_key, "balanced")), -1.0, 1.0))
         return out

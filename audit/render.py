@@ -319,6 +319,7 @@ def build_answer(doc: dict) -> dict:
         "runs": {(c["param"] if c.get("param") is not None else c["id"]): _run_entry(c) for c in claims.named(RUN)},
         "reward_model": _reward_model(claims),
         "diagnostic": _diagnostic(claims.one(DIAG), claims.one(STRESS)),
+        "intervals": sd.get("intervals"),
         "checks": {"passed": statuses.count("pass"), "failed": statuses.count("fail") + statuses.count("error"),
                    "evidence": "evidence.json"},
         "experiments": _experiments(claims),

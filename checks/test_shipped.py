@@ -3,6 +3,7 @@ by how much, with a CI that includes the rubric's uncertainty; which families im
 import pytest
 import torch
 
+from audit.quality import intervals
 from audit.session import OWN
 from rlhf.dev_eval import dev_eval
 from rlhf.model import load_policy
@@ -62,7 +63,7 @@ def test_shipped_improves_over_reference(audit, evidence, audit_out):
                     method=f"recovered-rubric quality ({q.get('method', 'bootstrap')}), paired delta vs reference",
                     thresholds={"delta_ci95_lower_gt": 0},
                     details={"checkpoint_dir": ck.relative_to(audit_out).as_posix(), "recipe": recipe, "dev_eval": dev,
-                             "certification": cert},
+                             "certification": cert, "intervals": intervals(q.get("method", "bootstrap"), q["n_boot"])},
                     inputs=["policy/", "runs/", "data/gold_calib.jsonl", "reward_model/", "data/prompts_train.jsonl"])
     lo, hi = q["delta_ci95"]
     if not (cert["improved_over_reference"]):

@@ -38,7 +38,11 @@ def shipped_claim(status="pass", message="", **cert_over):
                    "seed": 0},
         "dev_eval": {"proxy_mean": 1.1, "proxy_std": 0.3, "proxy_p50": 1.0, "proxy_p90": 1.5, "kl_mean": 14.0,
                      "rm_gold_pearson": 0.23},
-        "certification": cert})
+        "certification": cert, "intervals": INTERVALS})
+
+
+INTERVALS = {"method": "rubric + sampling", "rubric": "posterior draws", "sampling": "bounded-mean interval",
+             "confidence": 0.95, "why": "never of zero width"}
 
 
 def run_claim(run, status="pass", message="", reasons=(), **det):
@@ -109,7 +113,7 @@ def do_render(tmp_path, doc, **kw):
 def test_all_passing_evidence_is_certified_and_matches_spec_shape(tmp_path):
     ans, summary = do_render(tmp_path, full_evidence(), rule_text="Default rule: gain >= 0.05, non-inferior.")
     assert list(ans) == ["checkpoint_dir", "recipe", "dev_eval", "certification", "runs", "reward_model",
-                         "diagnostic", "checks", "experiments"]
+                         "diagnostic", "intervals", "checks", "experiments"]
     cert = ans["certification"]
     assert cert["improved_over_reference"] is True
     assert cert["estimated_true_quality"] == 0.71 and cert["ci95"] == [0.68, 0.74]
@@ -129,6 +133,7 @@ def test_all_passing_evidence_is_certified_and_matches_spec_shape(tmp_path):
     assert ans["checks"] == {"passed": 12, "failed": 4, "evidence": "evidence.json"}
     assert ans["experiments"] == [{"name": "diagnostic-validation", "files": ["exp/diag.json"],
                                    "results": {"auroc": 0.97}}]
+    assert ans["intervals"] == INTERVALS and "Intervals: rubric + sampling; posterior draws" in summary
     assert (tmp_path / "out" / "evidence.json").read_text() == (tmp_path / "evidence_in.json").read_text()
     # summary: plain words first, then numbers, tables, failures
     assert summary.index("**Certified:**") < summary.index("## Release rule")
