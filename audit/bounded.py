@@ -51,14 +51,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 DRAWS = 10000
 MAX_EXACT = 512          # samples above this many values: the Dirichlet mean's normal shape (see draw)
-SELECT_DRAWS = 1000     # draws on which lam is chosen
-LAMBDAS = np.linspace(0.0, 1.0, 21)
+SELECT_DRAWS = 500      # draws on which lam is chosen
+LAMBDAS = np.linspace(0.0, 1.0, 11)
 METHOD = "Gaffke / Learned-Miller-Thomas bounded-mean interval"
 METHOD_LONG = ("Gaffke / Learned-Miller-Thomas bound for the mean of a bounded quantity (a Dirichlet-weighted mean "
                "with one pseudo-observation at the pessimistic end of the label range; exactly Clopper-Pearson for "
@@ -185,10 +185,13 @@ def statistics(terms) -> tuple:
             fix_lo, fix_hi = fix_lo + w * (s.lo if w > 0 else s.hi), fix_hi + w * (s.hi if w > 0 else s.lo)
             continue
         base = base + w * s.rest
-        down = (s.rest - s.lo[..., None]) if w > 0 else (s.hi[..., None] - s.rest)
-        up = (s.hi[..., None] - s.rest) if w > 0 else (s.rest - s.lo[..., None])
-        pull_lo = np.maximum(pull_lo, abs(w) * s.d0 * down)
-        pull_hi = np.maximum(pull_hi, abs(w) * s.d0 * up)
+        if not np.any(s.hi > s.lo):
+            continue                      # a constant part (e.g. lam = 0 times anything): it pulls nothing
+        lo_end, hi_end = s.lo[..., None], s.hi[..., None]
+        down, up = (s.rest - lo_end, hi_end - s.rest) if w > 0 else (hi_end - s.rest, s.rest - lo_end)
+        wd = abs(w) * s.d0
+        pull_lo = np.maximum(pull_lo, np.multiply(down, wd, out=down))
+        pull_hi = np.maximum(pull_hi, np.multiply(up, wd, out=up))
     fix_lo, fix_hi = np.asarray(fix_lo)[..., None], np.asarray(fix_hi)[..., None]
     return base - pull_lo + fix_lo, base + pull_hi + fix_hi
 
@@ -232,8 +235,8 @@ def mean_interval(values, lo: float, hi: float, *, confidence: float = 0.95, see
 @dataclass
 class Cell:
     """A run x family cell (or a batch of replicates of one): the estimate, lam, and the parts that balanced
-    means and deltas combine. parts: the rectifier over the gold rows and lam * h over the unlabelled rows (one
-    part, the gold labels, when lam = 0 everywhere); gold_only: the gold labels alone."""
+    means and deltas combine. parts: the rectifier y - lam h over the gold rows and lam * h over the unlabelled
+    rows (the gold labels alone when no row is unlabelled); gold_only: the gold labels alone (lam = 0)."""
     estimate: np.ndarray
     lam: np.ndarray
     parts: list
@@ -241,8 +244,12 @@ class Cell:
     intercept: np.ndarray      # the prediction line: h(v) = clip(intercept + slope * v, lo, hi)
     slope: np.ndarray
 
+    _cache: dict = field(default_factory=dict, repr=False)
+
     def interval(self, confidence: float = 0.95) -> dict:
-        return interval(self.parts, confidence)
+        if confidence not in self._cache:
+            self._cache[confidence] = interval(self.parts, confidence)
+        return self._cache[confidence]
 
     def gold_only_interval(self, confidence: float = 0.95) -> dict:
         return interval(self.gold_only, confidence)
@@ -318,20 +325,33 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
     def unlabelled(lam, k=None):
         return Sample(lam * unl.mean, lam * unl.lo, lam * unl.hi, lam[..., None] * unl.rest[..., :k], unl.d0[:k])
 
-    # lam: the narrowest interval on the first SELECT_DRAWS draws (the width is smooth in lam; a few draws price it)
+    # lam: the narrowest interval on the first SELECT_DRAWS draws (the width is smooth in lam; a few draws price it).
+    # For one lam the two parts' statistic (see `statistics`) is, per draw,
+    #   T_lo = ry + lam (ru - rh) - max(d0 (ry - lo - lam (rh - h_hi)), lam d0u (ru - h_lo))
+    #   T_hi = ry + lam (ru - rh) + max(d0 (hi - ry - lam (h_lo - rh)), lam d0u (h_hi - ru))
     k = min(SELECT_DRAWS, draws)
+    d, y_, h_, u_, du = d0[:k], ry[..., :k], rh[..., :k], unl.rest[..., :k], unl.d0[:k]
+    slope = u_ - h_
+    pl_a, pl_b = d * (y_ - lo), d * (h_ - h_hi)          # rectifier pull, lower side: pl_a - lam * pl_b
+    ph_a, ph_b = d * (hi - y_), d * (h_lo - h_)          # upper side: ph_a - lam * ph_b
+    ul, uh = du * (u_ - h_lo), du * (h_hi - u_)          # unlabelled pull per unit of lam
     best_w, lam = np.full(batch, np.inf), np.zeros(batch)
     for lm in LAMBDAS:
-        lms = np.full(batch, lm)
-        t_lo, t_hi = statistics([(1.0, rectifier(lms, k)), (1.0, unlabelled(lms, k))])
+        base = y_ + lm * slope
+        t_lo = base - np.maximum(pl_a - lm * pl_b, lm * ul)
+        t_hi = base + np.maximum(ph_a - lm * ph_b, lm * uh)
         w = upper_bound(t_hi, confidence) - lower_bound(t_lo, confidence)
         better = w < best_w - 1e-12
         best_w, lam = np.where(better, w, best_w), np.where(better, lm, lam)
     # on all the draws, the chosen lam must beat lam = 0 (its gold-only case), or lam is 0: never wider than gold only
-    zero = np.zeros(batch)
-    width = lambda parts: np.subtract(*interval(parts, confidence)["ci95"][::-1])   # noqa: E731
-    gold = [(1.0, rectifier(zero))]
+    gold = [(1.0, rectifier(np.zeros(batch)))]
     chosen = [(1.0, rectifier(lam)), (1.0, unlabelled(lam))]
-    lam = np.where(width(chosen) <= width(gold), lam, 0.0)
+    ci_gold, ci_chosen = interval(gold, confidence), interval(chosen, confidence)
+    keep = (ci_chosen["ci95"][1] - ci_chosen["ci95"][0]) <= (ci_gold["ci95"][1] - ci_gold["ci95"][0])
+    if np.all(keep):
+        cell = Cell(chosen[0][1].mean + chosen[1][1].mean, lam, chosen, gold, a, b)
+        cell._cache[confidence] = ci_chosen
+        return cell
+    lam = np.where(keep, lam, 0.0)
     parts = [(1.0, rectifier(lam)), (1.0, unlabelled(lam))]
     return Cell(parts[0][1].mean + parts[1][1].mean, lam, parts, gold, a, b)
