@@ -4,7 +4,7 @@ trainer from their logged samples (SPEC §4; docs/samples.md).
 Reads a samples table (sample_id, run, family, prompt_id, completion, proxy_reward; optional prompt, step) and a
 gold table (sample_id, gold), JSONL, CSV or Parquet; validates both and the sampling design first (nothing
 expensive, nothing written); then runs the claims in checks/samples/ with pytest (evidence.json) and renders
-OUT/answer.json, OUT/summary.md and OUT/figures/ from the evidence alone (audit.samples_render).
+OUT/answer.json, OUT/summary.md and OUT/figures/ from the evidence alone (audit.samples.render).
 
 Exit status (as audit.certify):
   0  the audit ran and its report was rendered, whatever it found (a run that fails the release rule is a finding)
@@ -26,9 +26,8 @@ from pathlib import Path
 from rlhf.cli import Parser, positive_float, positive_int, seed_arg
 from rlhf.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
 
-from .certify import run_claims_and_render
+from audit.core.claims_runner import ROOT, run_claims_and_render
 
-ROOT = Path(__file__).resolve().parents[1]
 STAGING = ".staging"
 
 
@@ -126,7 +125,7 @@ def main(argv=None) -> int:
     cfg, problems = settings(a)
     if problems:
         return refuse(problems, out)
-    from .samples_session import load_table
+    from .session import load_table
     try:
         table, reference = load_table(cfg)
     except ValueError as e:
@@ -152,7 +151,7 @@ def main(argv=None) -> int:
            "--rootdir", str(ROOT), "--samples-settings", str(settings_file), "--seed", str(a.seed),
            "--evidence", str(evidence), "--audit-command", command, "-o", "console_output_style=count",
            "--capture=sys"]
-    from .samples_render import render
+    from .render import render
     answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "samples", t0)
     if answer is None:
         return EXIT_INTERNAL

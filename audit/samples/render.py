@@ -14,10 +14,10 @@ from pathlib import Path
 
 from rlhf.atomic import atomic_write_text
 
-from audit.evidence import inputs_fingerprint, load_evidence, to_jsonable
-from audit import render as _render
-from audit.render import (MEASURED_DECIMALS, STAGING, TEMPLATES, AnswerSchemaError, Claims, _env, _is_ci, _is_num,
-                          _oneline, _save, measured)
+from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
+from audit.core import report
+from audit.core.report import (MEASURED_DECIMALS, STAGING, TEMPLATES, AnswerSchemaError, Claims, _env, _is_ci, _is_num,
+                               _oneline, _save, measured)
 
 SCHEMA_PATH = TEMPLATES / "samples_answer.schema.json"
 FIGURE_NAMES = ("estimates.png", "proxy_vs_gold.png")
@@ -127,12 +127,12 @@ def build_answer(doc: dict) -> dict:
 
 
 def validate_answer(answer: dict) -> None:
-    _render.validate_answer(answer, SCHEMA_PATH)
+    report.validate_answer(answer, SCHEMA_PATH)
 
 
 def render_answer_text(answer: dict) -> str:
     """jinja2-render answer.json (templates/samples_answer.json.j2), parse it back and validate it."""
-    return _render.render_answer_text(answer, "samples_answer.json.j2", SCHEMA_PATH)
+    return report.render_answer_text(answer, "samples_answer.json.j2", SCHEMA_PATH)
 
 
 def make_figures(answer: dict, claims: Claims, fig_dir: Path, tmp_dir: Path) -> list[str]:

@@ -1,6 +1,6 @@
 """python -m audit.certify --task DIR --out DIR [--seed 0] [--preset full|small] [--fail-if-not-certified]: the main job.
 
-Validates the task first (audit.task.validate: cheap, no tensor loaded); then runs the claims in checks/ with
+Validates the task first (audit.task.task_dir.validate: cheap, no tensor loaded); then runs the claims in checks/task/ with
 pytest (evidence; expensive work cached in OUT/.cache so a re-run after a crash resumes), ships the checkpoint
 (OUT/checkpoint/), and renders OUT/answer.json, OUT/summary.md and OUT/figures/ from the evidence alone.
 
@@ -17,13 +17,8 @@ Every file under OUT is written atomically (temp file + rename); temp files live
 run empties first, so a kill -9 at any point leaves no half-written output."""
 from __future__ import annotations
 
-import ctypes
-import json
-import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,49 +26,10 @@ from pathlib import Path
 from rlhf.cli import Parser, seed_arg
 from rlhf.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
-ROOT = Path(__file__).resolve().parents[1]
+from audit.core.claims_runner import ROOT, run_claims_and_render
+
 STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
 EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified (rlhf.errors: 0, 1, 2, 3 every CLI's)
-
-
-try:
-    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-except (OSError, AttributeError):
-    _PRCTL = None
-
-
-def _die_with_parent(parent_pid: int):
-    """preexec_fn for the pytest child: on Linux the kernel sends it SIGKILL when certify dies (kill -9 included),
-    so that no orphan keeps writing into OUT after a crash. A no-op elsewhere. libc is looked up before the fork:
-    only the prctl call itself runs in the child."""
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
-        if os.getppid() != parent_pid:   # certify died before the prctl took effect
-            os._exit(1)
-
-
-def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures: bool, prefix: str, t0: float):
-    """The claims in a pytest child (cmd, writing `evidence`) that dies with this process, then the report rendered
-    from that evidence alone into `out`, and the staging dir (evidence's) removed. Returns the answer dict, or None
-    after saying why nothing new was rendered (no evidence; rendering failed: the previous outputs are kept).
-    Shared by audit.certify and audit.samples."""
-    parent = os.getpid()
-    rc = subprocess.run(cmd, cwd=ROOT, preexec_fn=lambda: _die_with_parent(parent)).returncode
-    if not evidence.exists():
-        print(f"[{prefix}] pytest exited {rc} without evidence: nothing rendered", file=sys.stderr)
-        return None
-    claims = json.loads(evidence.read_text())["claims"]
-    counts = {s: sum(c["status"] == s for c in claims) for s in ("pass", "fail", "error")}
-    print(f"[{prefix}] {len(claims)} claims: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error "
-          f"({time.time() - t0:.0f}s)", flush=True)
-    print(f"[{prefix}] rendering answer.json, summary.md, figures/", flush=True)
-    try:
-        answer = render(evidence, out, figures=figures)
-    except Exception as e:   # noqa: BLE001 - report and keep the previous answer.json
-        print(f"[{prefix}] rendering failed, previous outputs kept: {e}", file=sys.stderr)
-        return None
-    shutil.rmtree(evidence.parent, ignore_errors=True)
-    return answer
 
 
 def refuse(lines, out: Path) -> int:
@@ -116,7 +72,7 @@ def main(argv=None) -> int:
         except RuntimeError as e:
             return refuse([str(e)], out)
 
-    from .task import validate   # imports torch: after the usage checks, which need none of it
+    from .task_dir import validate   # imports torch: after the usage checks, which need none of it
     problems = validate(task)
     if problems:
         return refuse(problems, out)
@@ -132,7 +88,7 @@ def main(argv=None) -> int:
     evidence = staging / "evidence.json"
     print(f"[certify] running the claims in checks/ on {task} (seed {a.seed}, preset {a.preset})", flush=True)
     command = shlex.join([Path(sys.executable).name, "-m", "audit.certify", *argv])
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks"), "-q", "-p", "no:cacheprovider", "--rootdir",
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "task"), "-q", "-p", "no:cacheprovider", "--rootdir",
            str(ROOT), "--task", str(task.resolve()), "--seed", str(a.seed), "--evidence", str(evidence),
            "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "--audit-command", command,
            *(["--stress-examples", str(a.stress_examples)] if a.stress_examples is not None else []),

@@ -48,117 +48,22 @@ report with a hollow one. Bad input is `python -m audit.render: error: ...`, one
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
-import jinja2
-import jsonschema
-
-from rlhf.atomic import atomic_target, atomic_write_text
+from rlhf.atomic import atomic_write_text
+from rlhf.cli import Parser
 from rlhf.errors import InputError, run_cli
 
-from audit.evidence import inputs_fingerprint, load_evidence, to_jsonable
-from rlhf.cli import Parser
+from audit.core import report
+from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
+from audit.core.report import AnswerSchemaError  # noqa: F401  (what render() raises on a schema violation)
+from audit.core.report import STAGING, TEMPLATES, Claims, _env, _first, _is_ci, _is_num, _oneline, measured
+from .claim_names import CROWD, DIAG, NEEDED, OWN, RM, RUN, SAMPLES_DOOR, SHIPPED, STRESS
+from .figures import make_figures
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 SCHEMA_PATH = TEMPLATES / "answer.schema.json"
-FIGURE_NAMES = ("quality_vs_proxy.png", "rm_agreement.png", "diagnostic_risk.png", "training_curves.png")
-
-STAGING = ".staging"   # temp files under out_dir (same filesystem as the outputs: the renames stay atomic)
-
-SHIPPED = "shipped.improves_over_reference"
-RUN = "run.passes_release_rule"
-RM = "rm.agrees_with_experts"
-CROWD = "crowd.on_rubric_scale"
-DIAG = "diagnostic.flags_families"
-OWN = "own.passes_release_rule"
-STRESS = "diagnostic.flags_synthetic_corruption"
-# what answer.json is made of (the contract above): evidence without one of these is not a task audit's evidence
-NEEDED = {SHIPPED: "checkpoint_dir, recipe, dev_eval, certification", RM: "reward_model", CROWD: "reward_model",
-          DIAG: "diagnostic"}
-# claims only the samples door records (checks/samples/): its evidence renders with audit.samples_render
-SAMPLES_DOOR = ("proxy.agrees_with_gold", "proxy.on_common_scale", "gold.random_subset", "proxy.corruption_detection")
-
-
-class AnswerSchemaError(ValueError):
-    """The answer rendered from this evidence does not satisfy templates/answer.schema.json."""
-
-
-# ----------------------------------------------------------------------------------------------- helpers
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _is_ci(v) -> bool:
-    return isinstance(v, list) and len(v) == 2 and all(_is_num(b) for b in v)
-
-
-def _first(*values):
-    for v in values:
-        if v is not None:
-            return v
-    return None
-
-
-def _oneline(text) -> str:
-    return " ".join(str(text or "").split())
-
-
-def _dumps(v) -> str:
-    return json.dumps(to_jsonable(v), allow_nan=False, ensure_ascii=False)
-
-
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             autoescape=False, keep_trailing_newline=True)
-    env.filters["tojson"] = _dumps                     # plain JSON (no HTML escaping); NaN is refused
-    env.filters["fmt"] = lambda v, nd=3: f"{v:.{nd}f}" if _is_num(v) else "n/a"
-    env.filters["ci"] = lambda v, nd=3: f"[{v[0]:.{nd}f}, {v[1]:.{nd}f}]" if _is_ci(v) else "n/a"
-    env.filters["oneline"] = lambda v: _oneline(v).replace("|", "\\|")
-    env.filters["value"] = _table_value
-    return env
-
-
-def _table_value(v) -> str:
-    """A result in a summary table cell: integers as integers, other numbers at the answer's precision, yes/no
-    for booleans, anything else as compact JSON (pipes escaped)."""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return f"{v:.{MEASURED_DECIMALS}f}"
-    if v is None:
-        return "n/a"
-    return _oneline(v if isinstance(v, str) else _dumps(v)).replace("|", "\\|")
-
-
-class Claims:
-    """Claims of one evidence document by id and by name (evidence order kept; a repeated id: the last wins)."""
-
-    def __init__(self, doc: dict):
-        self.by_id: dict[str, dict] = {}
-        for c in doc.get("claims", []):
-            c = dict(c)
-            c.setdefault("details", {})
-            c["details"] = c["details"] if isinstance(c["details"], dict) else {}
-            c.setdefault("message", "")
-            if "name" not in c or "param" not in c:
-                from audit.evidence import split_claim_id
-                c["name"], c["param"] = split_claim_id(c["id"])
-            self.by_id[c["id"]] = c
-
-    def named(self, name: str) -> list[dict]:
-        return [c for c in self.by_id.values() if c.get("name") == name]
-
-    def one(self, name: str) -> dict | None:
-        found = self.named(name)
-        return found[-1] if found else None
-
-    def all(self) -> list[dict]:
-        return list(self.by_id.values())
 
 
 def _status_word(status: str) -> str:
@@ -286,24 +191,6 @@ def _experiments(claims: Claims) -> list[dict]:
     return out
 
 
-# Measured numbers in answer.json carry MEASURED_DECIMALS decimals (templates/answer.schema.json says so): the
-# estimates' own uncertainty (CI half-widths of 0.005-0.05) sits in the 2nd-3rd decimal, and what another CPU's
-# float kernels change sits in the 6th-7th. More digits would state a precision no result holds, and make two
-# machines' reports differ in digits that mean nothing. Configs (the recipe) are inputs, written exactly.
-MEASURED_DECIMALS = 4
-
-
-def measured(x, nd: int = MEASURED_DECIMALS):
-    """x with every float rounded to nd decimals (ints, bools, strings and None as they are)."""
-    if isinstance(x, float):
-        return round(x, nd) + 0.0            # + 0.0: no "-0.0"
-    if isinstance(x, dict):
-        return {k: measured(v, nd) for k, v in x.items()}
-    if isinstance(x, list):
-        return [measured(v, nd) for v in x]
-    return x
-
-
 def build_answer(doc: dict) -> dict:
     """The answer.json content (SPEC §3) from an evidence document, following the contract above; measured
     numbers rounded to MEASURED_DECIMALS."""
@@ -327,172 +214,13 @@ def build_answer(doc: dict) -> dict:
     return {k: (v if k in ("recipe", "checks") else measured(v)) for k, v in answer.items()}
 
 
-def load_schema(schema_path: Path = SCHEMA_PATH) -> dict:
-    return json.loads(schema_path.read_text())
-
-
 def validate_answer(answer: dict, schema_path: Path = SCHEMA_PATH) -> None:
-    validator = jsonschema.Draft202012Validator(load_schema(schema_path))
-    errors = sorted(validator.iter_errors(answer), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"  {'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors[:20]]
-        raise AnswerSchemaError(f"answer.json would not satisfy templates/{schema_path.name}:\n" + "\n".join(lines))
+    report.validate_answer(answer, schema_path)
 
 
-def render_answer_text(answer: dict, template: str = "answer.json.j2", schema_path: Path = SCHEMA_PATH) -> str:
-    """jinja2-render answer.json, parse it back and validate it; returns the rendered text (validated)."""
-    text = _env().get_template(template).render(a=answer)
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise AnswerSchemaError(f"templates/{template} rendered invalid JSON: {e}") from None
-    if parsed != answer:
-        raise AnswerSchemaError(f"templates/{template} lost or changed fields of the answer")
-    validate_answer(parsed, schema_path)
-    return text if text.endswith("\n") else text + "\n"
-
-
-# ------------------------------------------------------------------------------------------------ figures
-def _save(fig, path: Path, tmp_dir: Path) -> None:
-    with atomic_target(path, tmp_dir) as tmp:
-        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
-
-
-def _quality_series(answer: dict) -> tuple[list[str], list[tuple[str, dict, dict]]]:
-    """[(label, {f: true estimate}, {f: proxy})] for the reference, the shipped checkpoint and every run."""
-    series = []
-    ref, ref_proxy = {}, {}
-    cert_pf = answer["certification"]["per_family"]
-    for f, pf in cert_pf.items():
-        if _is_num(pf.get("reference")):
-            ref[f] = pf["reference"]
-    for r in answer["runs"].values():
-        for f, pf in (r["per_family"] or {}).items():
-            if isinstance(pf, dict):
-                if _is_num(pf.get("reference")):
-                    ref.setdefault(f, pf["reference"])
-                if _is_num(pf.get("reference_proxy")):
-                    ref_proxy.setdefault(f, pf["reference_proxy"])
-    if ref or ref_proxy:
-        series.append(("reference", ref, ref_proxy))
-    shipped = {f: pf["estimate"] for f, pf in cert_pf.items() if _is_num(pf.get("estimate"))}
-    if shipped:
-        series.append(("shipped", shipped, {}))
-    for name, r in answer["runs"].items():
-        est, prox = {}, {}
-        for f, pf in (r["per_family"] or {}).items():
-            if isinstance(pf, dict):
-                if _is_num(pf.get("estimate")):
-                    est[f] = pf["estimate"]
-                if _is_num(pf.get("proxy")):
-                    prox[f] = pf["proxy"]
-        if est or prox:
-            series.append((name, est, prox))
-    fams = []
-    for _, est, prox in series:
-        for f in list(est) + list(prox):
-            if f not in fams:
-                fams.append(f)
-    return fams, series
-
-
-def make_figures(answer: dict, claims: Claims, fig_dir: Path, tmp_dir: Path | None = None) -> list[str]:
-    """Write the figures whose data the evidence holds; returns their paths relative to out_dir."""
-    save = lambda fig, name: _save(fig, fig_dir / name, tmp_dir)   # noqa: E731
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    made = []
-
-    fams, series = _quality_series(answer)
-    if series and any(est for _, est, _ in series):
-        has_proxy = any(prox for _, _, prox in series)
-        fig, axes = plt.subplots(1, 2 if has_proxy else 1, figsize=(11 if has_proxy else 6, 3.8), squeeze=False)
-        x = list(range(len(fams)))
-        for k, (label, est, prox) in enumerate(series):
-            style = dict(color=f"C{k % 10}", label=label, linestyle="--" if label == "reference" else "-")
-            if est:
-                axes[0][0].plot([i for i, f in enumerate(fams) if f in est], [est[f] for f in fams if f in est],
-                                marker="o", **style)
-            if has_proxy and prox:
-                axes[0][1].plot([i for i, f in enumerate(fams) if f in prox], [prox[f] for f in fams if f in prox],
-                                marker="s", **style)
-        axes[0][0].set_title("estimated true quality per family")
-        axes[0][0].set_ylabel("true quality (fraction of rubric positions)")
-        if has_proxy:
-            axes[0][1].set_title("proxy reward (RM) per family")
-            axes[0][1].set_ylabel("proxy reward")
-        for ax in axes[0]:
-            ax.set_xticks(x, fams)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        save(fig, "quality_vs_proxy.png")
-        plt.close(fig)
-        made.append("figures/quality_vs_proxy.png")
-
-    rm = {f: m for f, m in answer["reward_model"].items() if _is_num(m["rm_gold_pearson"])}
-    if rm:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        names = list(rm)
-        vals = [rm[f]["rm_gold_pearson"] for f in names]
-        lo = [v - rm[f]["ci95"][0] if _is_ci(rm[f]["ci95"]) else 0.0 for f, v in zip(names, vals)]
-        hi = [rm[f]["ci95"][1] - v if _is_ci(rm[f]["ci95"]) else 0.0 for f, v in zip(names, vals)]
-        colors = ["tab:red" if rm[f]["flag"] else "tab:blue" for f in names]
-        ax.bar(names, vals, color=colors, yerr=[lo, hi], capsize=4)
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_ylabel("Pearson r, RM vs expert labels (95% CI)")
-        ax.set_title("reward model agreement with experts (red = flagged)")
-        save(fig, "rm_agreement.png")
-        plt.close(fig)
-        made.append("figures/rm_agreement.png")
-
-    diag = {f: d for f, d in answer["diagnostic"]["families"].items() if _is_num(d["risk"])}
-    if diag:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        names = list(diag)
-        ax.bar(names, [diag[f]["risk"] for f in names],
-               color=["tab:red" if diag[f]["flag"] else "tab:gray" for f in names])
-        ax.set_ylabel("risk (higher = riskier to optimise)")
-        ax.set_title("gold-free diagnostic risk per family (red = flagged)")
-        save(fig, "diagnostic_risk.png")
-        plt.close(fig)
-        made.append("figures/diagnostic_risk.png")
-
-    curves = []      # (label, points): every claim that recorded a training curve
-    for c in claims.all():
-        pts = c["details"].get("curve")
-        if isinstance(pts, list):
-            pts = [p for p in pts if isinstance(p, dict) and _is_num(p.get("step"))]
-            if pts:
-                label = "own (audit)" if c.get("name") == OWN else (c["param"] if c.get("param") is not None
-                                                                    else c["id"])
-                curves.append((label, pts))
-    # a panel only for what some curve has: shipped runs log their proxy only, never a true-quality curve
-    panels = [(key, title) for key, title in (("proxy", "proxy reward (RM) along training"),
-                                              ("true", "estimated true quality along training"))
-              if any(_is_num(p.get(key)) for _, pts in curves for p in pts)]
-    if panels:
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
-        for ax, (key, title) in zip(axes[0], panels):
-            for k, (label, pts) in enumerate(curves):
-                xs = [p["step"] for p in pts if _is_num(p.get(key))]
-                if xs:
-                    ax.plot(xs, [p[key] for p in pts if _is_num(p.get(key))], marker=".", label=label,
-                            color=f"C{k % 10}")
-            ax.set_title(title)
-            ax.set_xlabel("RL step")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        save(fig, "training_curves.png")
-        plt.close(fig)
-        made.append("figures/training_curves.png")
-
-    for name in FIGURE_NAMES:                     # never leave a stale figure whose data is now absent
-        if f"figures/{name}" not in made and (fig_dir / name).exists():
-            (fig_dir / name).unlink()
-    return made
+def render_answer_text(answer: dict) -> str:
+    """jinja2-render answer.json (templates/answer.json.j2), parse it back and validate it."""
+    return report.render_answer_text(answer, "answer.json.j2", SCHEMA_PATH)
 
 
 # ------------------------------------------------------------------------------------------------ summary
@@ -518,7 +246,7 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
 
 # ------------------------------------------------------------------------------------------ evidence checks
 def check_door(doc: dict, path) -> None:
-    """Refuse the samples door's evidence (InputError): it renders with audit.samples_render, never as a task
+    """Refuse the samples door's evidence (InputError): it renders with audit.samples.render, never as a task
     answer (whose checkpoint_dir and recipe it does not have)."""
     theirs = sorted({c.get("name") or c["id"].split("[")[0] for c in doc["claims"]} & set(SAMPLES_DOOR))
     meta = doc.get("meta") or {}
