@@ -1,6 +1,6 @@
 """The stress batches on a Ray cluster: `python -m audit.certify --ray ADDRESS` (or "local": a Ray started here).
 
-Each corrupted or clean batch is one Ray task running the one-batch path (audit.stress.batch_outcome: its RM, the
+Each corrupted or clean batch is one Ray task running the one-batch path (audit.task.stress_batch.batch_outcome: its RM, the
 hazard run against it, the diagnostic), and the hazard run against the recovered rubric is one more; a cluster's
 CPUs run batches side by side, where the local default stacks them into one model on this machine's cores. A task
 needs only the reference policy and the prompt pool: they travel as one tar (a few MB) in Ray's object store, and
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rlhf.atomic import atomic_write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tar(paths: dict) -> bytes:
@@ -61,14 +61,14 @@ def _unpacked(payload: bytes):
 
 def _remote_batch(payload: bytes, rubrics: dict, spec: dict, cfg, diag_cfg) -> dict:
     from rlhf.common import numeric_fingerprint
-    from .stress import batch_outcome
+    from .stress_batch import batch_outcome
     with _unpacked(payload) as (work, root):
         rm_dir, gain, d = batch_outcome(root, rubrics, spec, cfg, diag_cfg, work)
         return {"rm": _tar({rm_dir.name: rm_dir}), "gain": gain, "diagnostic": d, "numeric": numeric_fingerprint()}
 
 
 def _remote_rubric_gain(payload: bytes, rubrics: dict, cfg) -> dict:
-    from .stress import rl_gains
+    from .stress_batch import rl_gains
     with _unpacked(payload) as (_, root):
         return rl_gains(root, {f: r.posterior for f, r in rubrics.items()}, cfg, None)
 
@@ -105,8 +105,8 @@ def connect(address: str):
 
 def run_on_ray(task, rubrics: dict, specs: list, cfg, diag_cfg, work: Path, say=print) -> None:
     """Every batch of `specs` not yet in `work`, and the rubric run if missing, as Ray tasks on cfg.ray_address;
-    writes each batch's RM dir and result, and rubric_gain.json, as audit.stress's local paths do."""
-    from .stress import _result, spec_key
+    writes each batch's RM dir and result, and rubric_gain.json, as audit.task.stress's local paths do."""
+    from .stress_batch import _result, spec_key
     keys = [spec_key(s) for s in specs]
     todo = [(k, s) for k, s in zip(keys, specs) if not (work / f"{k}.json").exists()]
     rubric_file = work / "rubric_gain.json"
