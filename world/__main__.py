@@ -8,7 +8,7 @@ from rlhf.errors import run_cli
 
 from rlhf.atomic import check_out_file
 from rlhf.cli import Parser, positive_int, seed_arg
-from .truth import DISTRACTORS
+from .config import DISTRACTORS
 from .zoo import VARIANTS, zoo_config
 
 

@@ -11,9 +11,10 @@ from rlhf.cli import check_fields, nonneg_float, positive_float, positive_int
 from rlhf.errors import InputError
 from rlhf.vocab import FAMILIES, N_CONTENT
 
-from audit.corruption import COUNT_ROW_OPS, Corruption  # noqa: F401 (re-exported: world.config.Corruption)
+from audit.task.corruption import COUNT_ROW_OPS, Corruption  # noqa: F401 (re-exported: world.config.Corruption)
 
-from .truth import DISTRACTORS
+# the distractor structures world.truth.make_truth draws (SPEC §1 leaves the structure open): the knob's values
+DISTRACTORS = ("one_two", "one", "few", "full_lut")
 
 PILOT_MIX = {"anvil": 0.222, "birch": 0.229, "cobalt": 0.217, "dune": 0.024, "ember": 0.098, "fjord": 0.211}
 FOURFAM = {"anvil": 1.0, "birch": 1.0, "cobalt": 1.0, "fjord": 1.0}

@@ -8,15 +8,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audit.corruption import match_fraction  # noqa: F401 (re-exported: world.truth.match_fraction)
+from audit.task.corruption import match_fraction  # noqa: F401 (re-exported: world.truth.match_fraction)
 from rlhf.data import prompts_tensor, read_json_object
 from rlhf.errors import InputError
 from rlhf.model import sample
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES, N_CONTENT, RESP_LEN
 
+from .config import DISTRACTORS, load_corruption, load_world_config
+
 
 ONE_TOKEN_POSITIONS = 3   # of the 8 response positions, per family: how many distractors have a single token
-DISTRACTORS = ("one_two", "one", "few", "full_lut")
 
 
 def make_truth(rng: np.random.Generator, distractor: str = "one_two", few: tuple = (3, 4),
@@ -86,7 +87,6 @@ def require_built_world(world) -> Path:
             what = "no such directory" if not world.exists() else f"no oracle/{name}"
             raise InputError(f"{world}: not a built world ({what}; build one with python -m world build --out DIR)")
     load_truth(world)
-    from .config import load_corruption, load_world_config     # world.config imports this module
     load_world_config(world)
     if (world / "oracle" / "corruption.json").exists():
         load_corruption(world)
