@@ -1,6 +1,7 @@
-"""Audit checks (SPEC §3): each test is a claim; checks/evidence_plugin.py records them into evidence.json.
+"""The task door's claims (SPEC §3): each test is a claim; checks/evidence_plugin.py records them into evidence.json
+(loaded by checks/conftest.py, with the provenance both doors record).
 
-    python -m pytest checks --task TASK --seed 0 --evidence OUT/evidence.json --audit-out OUT [--audit-preset small]
+    python -m pytest checks/task --task TASK --seed 0 --evidence OUT/evidence.json --audit-out OUT [--audit-preset small]
 
 The session fixture `audit` does the expensive shared work once, cached on disk under OUT/.cache keyed by the
 task's input hashes and the audit config (a re-run after a crash resumes)."""
@@ -10,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.evidence import code_hash, hash_inputs, package_versions
-from audit.session import AuditConfig, AuditSession
-from audit.task import run_dirs
+from audit.core.evidence import hash_inputs
+from audit.task.session import AuditConfig, AuditSession
+from audit.task.task_dir import run_dirs
 from rlhf.vocab import FAMILIES
-
-pytest_plugins = ["checks.evidence_plugin"]
 
 
 def pytest_addoption(parser):
@@ -26,25 +25,6 @@ def pytest_addoption(parser):
                 "(default: the preset's)")
     g.addoption("--stress-ray", default=None, metavar="ADDRESS", help="run the stress batches on this Ray cluster "
                 "('local': a Ray started here; default: stacked, in this process)")
-    g.addoption("--audit-command", default=None, help="the command line that started the audit (audit.certify "
-                "passes its own), recorded in the evidence")
-
-
-def pytest_ignore_collect(collection_path, config):
-    # checks/samples/ holds the samples door's claims (python -m audit.samples): never part of a task's audit
-    if collection_path == Path(__file__).parent / "samples" and not config.getoption("--samples-settings", None):
-        return True
-    return None
-
-
-def pytest_sessionstart(session):
-    """Provenance in the evidence (meta.config): what ran, with which code and which packages."""
-    from checks.evidence_plugin import recorder_of
-    from rlhf.common import numeric_fingerprint, setup_torch
-    setup_torch()
-    config = session.config
-    recorder_of(config).config.update({"command": config.getoption("--audit-command"), "code_sha256": code_hash(),
-                                       "package_versions": package_versions(), "numeric": numeric_fingerprint()})
 
 
 def pytest_collection_modifyitems(items):
@@ -55,7 +35,7 @@ def pytest_collection_modifyitems(items):
 
 def _task_runs(config):
     task = config.getoption("--task")
-    return [p.name for p in run_dirs(task)] if task else []     # the runs audit.task validated, no other
+    return [p.name for p in run_dirs(task)] if task else []     # the runs audit.task.task_dir validated, no other
 
 
 def pytest_generate_tests(metafunc):
