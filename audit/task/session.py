@@ -22,12 +22,12 @@ from .agreement import crowd_scale, rm_vs_labels
 from .diagnostic import DiagnosticConfig, diagnose
 from .quality import QualityConfig, QualityEstimator
 from .recovery import RecoveryConfig, recover_rubrics
-from .release import ReleaseRule
+from audit.core.release import ReleaseRule
 from .stress import StressConfig, stress as run_stress
-from .task import load_task
+from .task_dir import load_task
 from .train import OwnTrainConfig, train_own
 
-# the policy the audit trains itself (audit/train.py), next to the task's runs; "@" keeps it apart from any run
+# the policy the audit trains itself (audit/task/train.py), next to the task's runs; "@" keeps it apart from any run
 # directory name (answer.json's recipe.source says "own", as SPEC §3 asks)
 OWN = "@own"
 
@@ -70,12 +70,13 @@ class AuditConfig:
 
 
 def code_hash() -> str:
-    """Hash of the audit's and the pipeline's sources: a change to how anything is computed must not be served
-    a result cached by the old code."""
+    """Hash of the audit's and the pipeline's sources, their subpackages included (each file by its path from the
+    repository root): a change to how anything is computed must not be served a result cached by the old code."""
+    root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
     for pkg in ("audit", "rlhf"):
-        for f in sorted((Path(__file__).resolve().parent.parent / pkg).glob("*.py")):
-            h.update(f.name.encode())
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(f.relative_to(root).as_posix().encode())
             h.update(f.read_bytes())
     return h.hexdigest()
 
@@ -157,7 +158,7 @@ class AuditSession:
 
     def own(self) -> dict:
         """Train (once; resumed after a crash) the policy the audit ships: RL against the posterior-expected
-        rubric reward (audit/train.py). Returns its training log with the gold-vs-proxy curve."""
+        rubric reward (audit/task/train.py). Returns its training log with the gold-vs-proxy curve."""
         def compute():
             posteriors = {f: fr.posterior for f, fr in self.rubrics().items()}
             progress(f"own policy: training {self.cfg.own.steps} RL steps against the recovered rubric")
@@ -206,7 +207,7 @@ class AuditSession:
 
     def stress(self) -> dict:
         """Batches with injected corruption, RMs re-trained on them, their hazard, and what the diagnostic and
-        the label-side claims say (audit/stress.py)."""
+        the label-side claims say (audit/task/stress.py)."""
         return self._cached("stress", lambda: run_stress(self.task, self.rubrics(), self.cfg.stress, self.cfg.diagnostic,
                                                      self.cache / "stress", say=progress))
 
