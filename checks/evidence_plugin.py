@@ -1,14 +1,14 @@
-"""pytest plugin: every audit check becomes a claim in evidence.json (format: audit/evidence.py).
+"""pytest plugin: every audit check becomes a claim in evidence.json (format: audit/core/evidence.py).
 
 Loaded from checks/conftest.py (``pytest_plugins = ["checks.evidence_plugin"]``) or with
 ``-p checks.evidence_plugin``. Run the audit as
 
-    python -m pytest checks --task TASK_DIR --seed 0 --evidence out/evidence.json
+    python -m pytest checks/task --task TASK_DIR --seed 0 --evidence out/evidence.json
 
 Claim ids are explicit: the claim name comes from ``@pytest.mark.claim("rm.agrees_with_experts")`` on the test and
 the param from the parametrize id (the callspec id), so ``test_rm_agrees_with_experts[dune]`` becomes
 ``rm.agrees_with_experts[dune]``. Without the marker the name is derived from the file and the function
-(checks/test_rm.py::test_rm_agrees_with_experts -> "rm.agrees_with_experts"; a function that does not repeat the
+(checks/task/test_rm.py::test_rm_agrees_with_experts -> "rm.agrees_with_experts"; a function that does not repeat the
 file's prefix gets it prepended: test_rm.py::test_scale -> "rm.scale").
 
 Fixtures:
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.evidence import BoundEvidence, EvidenceRecorder, hash_inputs, make_claim_id, utc_now
+from audit.core.evidence import BoundEvidence, EvidenceRecorder, hash_inputs, make_claim_id, utc_now
 
 RECORDER_KEY = pytest.StashKey[EvidenceRecorder]()
 _MAX_MESSAGE = 2000

@@ -1,4 +1,4 @@
-"""A small synthetic stand-in for one family of the world (SPEC §1), for testing audit.rubric quickly.
+"""A small synthetic stand-in for one family of the world (SPEC §1), for testing audit.task.rubric quickly.
 
 Reference-like responses: per position, the rubric token with prob p_rubric, a distractor LUT_p[attrs[a']]
 for a random other attribute a' with prob p_distractor, a uniform content token otherwise.

@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from audit.task import TaskError, load_task
+from audit.task.task_dir import TaskError, load_task
 
 
 @pytest.fixture()

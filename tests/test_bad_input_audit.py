@@ -45,7 +45,8 @@ def _usage_error(capsys, main, argv, flag):
 def test_seeds_out_of_range_are_usage_errors_before_any_work(tmp_path, good_out, capsys, seed):
     """Before: certify --seed -1 worked ~8 s and then failed rendering (exit 1); seeds above 64 bits overflowed
     (exit 1) in the diagnostic; samples --seed -1 created OUT/.staging and failed rendering."""
-    from audit import bench_stress, certify, diagnostic, samples
+    from audit.samples import certify as samples
+    from audit.task import bench_stress, certify, diagnostic
     before = _snapshot(good_out)
     fresh = tmp_path / "fresh"
     for main, argv in ((certify.main, ["--task", str(tmp_path / "t"), "--out", str(fresh)]),
@@ -66,7 +67,7 @@ def test_seeds_out_of_range_are_usage_errors_before_any_work(tmp_path, good_out,
 def test_diagnostic_flags_are_checked_before_anything_runs(good_out, capsys, flag, value):
     """Before: --steps -1 exited 0 and overwrote a good --out with risk 1.0 everywhere; --lr nan and
     --batch-prompts 0 exited 1 with a traceback."""
-    from audit import diagnostic
+    from audit.task import diagnostic
     before = _snapshot(good_out)
     _usage_error(capsys, diagnostic.main, ["--rm-dir", "r", "--policy-dir", "p", "--prompts", "q", "--out",
                                            str(good_out / "answer.json"), flag, value], flag)
@@ -75,7 +76,7 @@ def test_diagnostic_flags_are_checked_before_anything_runs(good_out, capsys, fla
 
 def test_diagnostic_config_is_checked_for_programmatic_callers_too():
     import dataclasses
-    from audit.diagnostic import DiagnosticConfig
+    from audit.task.diagnostic import DiagnosticConfig
     with pytest.raises(InputError) as e:
         DiagnosticConfig(steps=-1, lr=float("nan"), seed=2**40, prior_counts="bogus")
     lines = str(e.value).splitlines()
@@ -102,8 +103,8 @@ def _rm_dir(path):
 def test_diagnostic_refuses_an_rm_dir_without_its_qa_sample(tmp_path, good_out, capsys):
     """Before: the whole diagnostic ran (23 s) label-free and overwrote --out; docs/task-format.md lists
     train.jsonl as part of the RM dir."""
-    from audit import diagnostic
-    from audit.diagnostic import DiagnosticConfig, diagnose
+    from audit.task import diagnostic
+    from audit.task.diagnostic import DiagnosticConfig, diagnose
     rm = _rm_dir(tmp_path / "rm")
     before = _snapshot(good_out)
     prog = "python -m audit.diagnostic"
@@ -141,7 +142,7 @@ def tables(tmp_path):
 def test_samples_rule_settings_must_be_finite(tables, good_out, capsys, extra, named):
     """Before: --min-gain nan was accepted (rule text "at least nan", min_balanced_gain null) and the good
     answer.json overwritten."""
-    from audit.samples import main
+    from audit.samples.certify import main
     _, _, s, g = tables
     before = _snapshot(good_out)
     assert main(["--samples", str(s), "--gold", str(g), "--out", str(good_out), *extra]) == EXIT_BAD_INPUT
@@ -153,7 +154,7 @@ def test_samples_rule_settings_must_be_finite(tables, good_out, capsys, extra, n
 @pytest.mark.parametrize("flag,value", [("--scale-max-ratio", "-3"), ("--scale-max-ratio", "nan"),
                                         ("--min-samples", "0")])
 def test_samples_non_positive_settings_are_usage_errors(tables, tmp_path, capsys, flag, value):
-    from audit.samples import main
+    from audit.samples.certify import main
     _, _, s, g = tables
     _usage_error(capsys, main, ["--samples", str(s), "--gold", str(g), "--out", str(tmp_path / "o"), flag, value],
                  flag)
@@ -165,7 +166,7 @@ def test_samples_numbers_stored_as_text_are_read_as_numbers(tables, tmp_path):
     tables that way, and nothing is gained by refusing them; text that is no number is refused, naming the line."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from audit.samples_table import TableError, load
+    from audit.samples.table import TableError, load
     rows, gold, s, g = tables
     texty = [dict(r, proxy_reward=str(r["proxy_reward"])) for r in rows]
     assert load(write_jsonl(tmp_path / "st.jsonl", texty), g).proxy[4] == rows[4]["proxy_reward"]
@@ -179,7 +180,7 @@ def test_samples_numbers_stored_as_text_are_read_as_numbers(tables, tmp_path):
 
 # ------------------------------------------------------------------------------------------------- render
 def _rendered(tmp_path):
-    from audit import render as R
+    from audit.task import render as R
     ev = tmp_path / "ev.json"
     ev.write_text(json.dumps(full_evidence()))
     out = tmp_path / "rendered"
@@ -188,7 +189,7 @@ def _rendered(tmp_path):
 
 
 def _render_refused(capsys, out, doc, path):
-    from audit import render as R
+    from audit.task import render as R
     path.write_text(json.dumps(doc))
     before = _snapshot(out)
     assert R.main(["--evidence", str(path), "--out", str(out), "--no-figures"]) == EXIT_BAD_INPUT
@@ -218,7 +219,7 @@ def test_render_refuses_evidence_cut_short_and_keeps_the_good_answer(tmp_path, c
 
 def test_render_refuses_the_samples_doors_evidence(tmp_path, capsys):
     """Before: samples-door evidence rendered as a task answer with checkpoint_dir and recipe null."""
-    from audit import render as R
+    from audit.task import render as R
     out = _rendered(tmp_path)
     capsys.readouterr()
     doc = {"schema_version": 1, "meta": {"task_dir": None, "samples": "/x/s.jsonl", "gold": "/x/g.jsonl"},
@@ -233,7 +234,7 @@ def test_render_refuses_the_samples_doors_evidence(tmp_path, capsys):
 
 def test_render_bad_evidence_uses_the_common_prefix(tmp_path, capsys):
     """Before: "audit.render: ..." where every other CLI says "python -m audit.X: error: ..."."""
-    from audit import render as R
+    from audit.task import render as R
     assert R.main(["--evidence", str(tmp_path / "none.json"), "--out", str(tmp_path / "o")]) == EXIT_BAD_INPUT
     assert capsys.readouterr().err == f"python -m audit.render: error: {tmp_path / 'none.json'}: evidence file not " \
                                       "found\n"
@@ -261,7 +262,7 @@ def _samples_answer():
 
 
 def _compare(capsys, *argv):
-    from audit.compare import main
+    from audit.core.compare import main
     rc = main([str(a) for a in argv])
     return rc, capsys.readouterr().err.strip().splitlines()
 
@@ -269,7 +270,7 @@ def _compare(capsys, *argv):
 def test_compare_reads_samples_door_answers_and_refuses_mixing_doors(tmp_path, capsys):
     """Before: a valid samples-door answer, even against itself, was "not a readable answer.json (KeyError:
     'diagnostic')"."""
-    from audit import render as R
+    from audit.task import render as R
     s = tmp_path / "s.json"
     s.write_text(json.dumps(_samples_answer()))
     rc, err = _compare(capsys, s, s)
@@ -300,7 +301,7 @@ def test_compare_reads_samples_door_answers_and_refuses_mixing_doors(tmp_path, c
 def test_compare_refuses_unreadable_values_naming_the_key(tmp_path, capsys, door, break_it, key):
     """Before: a CI "wide" or of one element exited 1 with a traceback; a NaN estimate counted as a difference
     (exit 3) and NaN went into the --json file."""
-    from audit import render as R
+    from audit.task import render as R
     good = R.build_answer(full_evidence()) if door == "task" else _samples_answer()
     bad = copy.deepcopy(good)
     break_it(bad)
@@ -331,7 +332,7 @@ def test_compare_json_must_be_a_file_path(tmp_path, capsys):
 def test_a_run_dir_without_its_log_is_audited_and_one_without_its_config_is_refused(tmp_path):
     """A run's log.jsonl (its training curve) is read when present: a task whose runs lack it is audited, not
     refused; a run without run_config.json (its recipe, which the release rule reports) is bad input."""
-    from audit.task import validate
+    from audit.task.task_dir import validate
     run = tmp_path / "task" / "runs" / "r1"
     run.mkdir(parents=True)
     for f in ("policy.safetensors", "config.json", "run_config.json"):
@@ -344,9 +345,9 @@ def test_a_run_dir_without_its_log_is_audited_and_one_without_its_config_is_refu
 
 def test_hidden_dirs_under_runs_are_not_runs_and_a_foreign_log_draws_no_curve(tmp_path):
     """What a killed train_rl leaves (.NAME.XXXX.partial), or an editor's hidden dir, is neither validated nor
-    audited as a run (audit.task.run_dirs, which checks/conftest.py parametrizes the run claims by); a log.jsonl
+    audited as a run (audit.task.task_dir.run_dirs, which checks/task/conftest.py parametrizes the run claims by); a log.jsonl
     whose rows name their fields otherwise is drawn as no curve, not an error."""
-    from audit.task import proxy_curve, run_dirs, validate
+    from audit.task.task_dir import proxy_curve, run_dirs, validate
     runs = tmp_path / "task" / "runs"
     (runs / ".r1.abc.partial").mkdir(parents=True)
     (runs / ".ipynb_checkpoints").mkdir()

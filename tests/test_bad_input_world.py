@@ -73,14 +73,14 @@ def tool_cases(w, tmp):
             ("world.__main__", ["calibrate", w, "--json", tmp / "out.json"]),
             ("world.__main__", ["zoo-check", w, "--json", tmp / "out.json"]),
             ("world.__main__", ["export-samples", w, "--out", tmp / "out"]),
-            ("world.decompose", [w, "--json", tmp / "out.json"]),
-            ("world.diagnosis_bench", [w, "--quick", "--out", tmp / "out.json", "--cache-dir", tmp / "out"]),
-            ("world.fidelity", [w]),
+            ("world.experiments.decompose", [w, "--json", tmp / "out.json"]),
+            ("world.experiments.diagnosis_bench", [w, "--quick", "--out", tmp / "out.json", "--cache-dir", tmp / "out"]),
+            ("world.experiments.fidelity", [w]),
             ("world.replay", [w, tmp / "out"]),
-            ("world.samples_coverage", [w, "--out", tmp / "out.json", "--cache", tmp / "out"]),
-            ("world.standin_accuracy", ["--world", w, "--rm-dirs", tmp / "rm", "--out", tmp / "out.json"]),
-            ("world.reward_ablation", [w, "--out", tmp / "out.json"]),
-            ("world.stress_labels", ["--world", w, "--stress-dir", tmp / "stress", "--out", tmp / "out.json"])]
+            ("world.experiments.samples_coverage", [w, "--out", tmp / "out.json", "--cache", tmp / "out"]),
+            ("world.experiments.standin_accuracy", ["--world", w, "--rm-dirs", tmp / "rm", "--out", tmp / "out.json"]),
+            ("world.experiments.reward_ablation", [w, "--out", tmp / "out.json"]),
+            ("world.experiments.stress_labels", ["--world", w, "--stress-dir", tmp / "stress", "--out", tmp / "out.json"])]
 
 
 def test_a_fake_world_made_here_passes_the_built_world_check(tmp_path):
@@ -137,7 +137,7 @@ def test_other_broken_oracle_files_are_named_with_their_key(tmp_path, capsys, wh
     before = snapshot(tmp_path)
     for module, argv in [("world.__main__", ["zoo-check", w, "--json", tmp_path / "out.json"]),
                          ("world.__main__", ["export-samples", w, "--out", tmp_path / "out"]),
-                         ("world.reward_ablation", [w, "--out", tmp_path / "out.json"])]:
+                         ("world.experiments.reward_ablation", [w, "--out", tmp_path / "out.json"])]:
         rc, err = run(module, argv, capsys)
         assert rc == EXIT_BAD_INPUT and len(err) == 1 and names in err[0], (what, module, err)
         assert str(w) in err[0], (what, err)
@@ -193,15 +193,15 @@ def test_every_seed_flag_is_a_seed(tmp_path, capsys, bad):
              ("world.__main__", ["zoo-check", w, "--seed", bad]),
              ("world.__main__", ["grade", "--world", w, "--submission", tmp_path, "--seed", bad]),
              ("world.__main__", ["export-samples", w, "--out", tmp_path / "o", "--seed", bad]),
-             ("world.fidelity", [w, "--seed", bad]),
+             ("world.experiments.fidelity", [w, "--seed", bad]),
              ("world.replay", [w, tmp_path / "o", "--seed", bad]),
-             ("world.reward_ablation", [w, "--seed", bad]),
-             ("world.stress_labels", ["--world", w, "--stress-dir", tmp_path, "--seed", bad]),
-             ("world.diagnosis_bench", [w, "--seed", bad]),
-             ("world.decompose", [w, "--rm-seeds", f"0,{bad}"]),
-             ("world.samples_coverage", [w, "--seeds", f"0,{bad}"]),
-             ("world.standin_accuracy", ["--world", w, "--rm-dirs", tmp_path, "--seeds", f"1,{bad}"]),
-             ("world.diagnostic_noise", ["--task", tmp_path, "--rm-dir", tmp_path, "--seeds", f"0,{bad}"]),
+             ("world.experiments.reward_ablation", [w, "--seed", bad]),
+             ("world.experiments.stress_labels", ["--world", w, "--stress-dir", tmp_path, "--seed", bad]),
+             ("world.experiments.diagnosis_bench", [w, "--seed", bad]),
+             ("world.experiments.decompose", [w, "--rm-seeds", f"0,{bad}"]),
+             ("world.experiments.samples_coverage", [w, "--seeds", f"0,{bad}"]),
+             ("world.experiments.standin_accuracy", ["--world", w, "--rm-dirs", tmp_path, "--seeds", f"1,{bad}"]),
+             ("world.experiments.diagnostic_noise", ["--task", tmp_path, "--rm-dir", tmp_path, "--seeds", f"0,{bad}"]),
              ("world.__main__", ["build", "--out", tmp_path / "b", "--preset", "tiny", "--seed", bad])]
     for module, argv in cases:
         rc, err = run(module, argv, capsys)
@@ -213,18 +213,18 @@ def test_counts_that_cannot_be_zero(tmp_path, capsys):
     w = fake_world(tmp_path / "w")
     before = snapshot(tmp_path)
     cases = [("world.replay", [w, tmp_path / "o", "--rm-epochs", "0"], "--rm-epochs"),
-             ("world.reward_ablation", [w, "--n-eval", "0"], "--n-eval"),
-             ("world.stress_labels", ["--world", w, "--stress-dir", tmp_path, "--jobs", "0"], "--jobs"),
-             ("world.stress_labels", ["--world", w, "--stress-dir", tmp_path, "--steps", "-5"], "--steps"),
-             ("world.diagnosis_bench", [w, "--rms", "0"], "--rms"),
-             ("world.diagnosis_bench", [w, "--alt-label", "0,1e-3"], "--alt-label"),
-             ("world.samples_coverage", [w, "--samples", "0"], "--samples"),
-             ("world.samples_coverage", [w, "--gold", "100,0"], "--gold"),
-             ("world.samples_coverage", [w, "--gold", "100", "--samples", "50", "--cache", tmp_path / "c"],
+             ("world.experiments.reward_ablation", [w, "--n-eval", "0"], "--n-eval"),
+             ("world.experiments.stress_labels", ["--world", w, "--stress-dir", tmp_path, "--jobs", "0"], "--jobs"),
+             ("world.experiments.stress_labels", ["--world", w, "--stress-dir", tmp_path, "--steps", "-5"], "--steps"),
+             ("world.experiments.diagnosis_bench", [w, "--rms", "0"], "--rms"),
+             ("world.experiments.diagnosis_bench", [w, "--alt-label", "0,1e-3"], "--alt-label"),
+             ("world.experiments.samples_coverage", [w, "--samples", "0"], "--samples"),
+             ("world.experiments.samples_coverage", [w, "--gold", "100,0"], "--gold"),
+             ("world.experiments.samples_coverage", [w, "--gold", "100", "--samples", "50", "--cache", tmp_path / "c"],
               "--gold 100 exceeds --samples 50"),
-             ("world.diagnostic_noise", ["--task", tmp_path, "--rm-dir", tmp_path, "--eval-draws", "0"],
+             ("world.experiments.diagnostic_noise", ["--task", tmp_path, "--rm-dir", tmp_path, "--eval-draws", "0"],
               "--eval-draws"),
-             ("world.diagnostic_noise", ["--task", tmp_path, "--rm-dir", tmp_path, "--eval-prompts", "600,-1"],
+             ("world.experiments.diagnostic_noise", ["--task", tmp_path, "--rm-dir", tmp_path, "--eval-prompts", "600,-1"],
               "--eval-prompts")]
     for module, argv, names in cases:
         rc, err = run(module, argv, capsys)

@@ -1,4 +1,4 @@
-"""audit.bounded: finite-sample intervals for bounded means (Gaffke / Learned-Miller-Thomas), their sums, and the
+"""audit.core.bounded: finite-sample intervals for bounded means (Gaffke / Learned-Miller-Thomas), their sums, and the
 prediction-powered cell. Checked against scipy's exact binomial interval, against a direct Dirichlet simulation,
 and by coverage on small simulations."""
 import math
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy import stats
 
-from audit import bounded
+from audit.core import bounded
 
 
 def test_two_valued_labels_give_the_exact_binomial_interval():
@@ -110,7 +110,7 @@ def test_ppi_cell_lam_zero_is_gold_only_and_never_wider():
 def test_coverage_where_normal_intervals_fail(kind, mu, n):
     """1,000 replicates through the batched code the coverage harness uses: at least 0.95 minus two Monte-Carlo
     standard errors (docs/intervals.md has the full grid)."""
-    from world.interval_coverage import labels, proxy
+    from world.experiments.interval_coverage import labels, proxy
     rng = np.random.default_rng(7)
     reps, N = 1000, 200
     y_all = labels(kind, mu, (reps, n + N), rng)
@@ -123,9 +123,9 @@ def test_coverage_where_normal_intervals_fail(kind, mu, n):
 
 
 def test_harness_today_matches_audit_ppi():
-    """The harness's vectorised 'today' interval is audit.ppi's PPI++ (tested against ppi-python) with the t factor."""
-    from audit.ppi import classical_mean, ppi_mean
-    from world.interval_coverage import today_cell
+    """The harness's vectorised 'today' interval is audit.core.ppi's PPI++ (tested against ppi-python) with the t factor."""
+    from audit.core.ppi import classical_mean, ppi_mean
+    from world.experiments.interval_coverage import today_cell
     rng = np.random.default_rng(2)
     y, f, fu = rng.random((3, 25)), rng.random((3, 25)), rng.random((3, 300))
     (est, se), (g_est, g_se) = today_cell(y, f, fu)

@@ -89,8 +89,8 @@ def test_world_tools_refuse_what_is_not_a_world_or_a_submission(tiny_world, tmp_
         assert len(err) == 1 and names in err[0], (argv, err)
     import importlib
     nope = str(tmp_path / "nope")
-    for module, argv in [("world.decompose", [nope]), ("world.fidelity", [nope]), ("world.replay", [nope, str(typo)]),
-                         ("world.reward_ablation", [nope]), ("world.samples_coverage", [nope])]:
+    for module, argv in [("world.experiments.decompose", [nope]), ("world.experiments.fidelity", [nope]), ("world.replay", [nope, str(typo)]),
+                         ("world.experiments.reward_ablation", [nope]), ("world.experiments.samples_coverage", [nope])]:
         assert run_cli(importlib.import_module(module).main, f"python -m {module}", argv) == EXIT_BAD_INPUT, module
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "nope: not a built world" in err[0], (module, err)
@@ -106,8 +106,8 @@ def test_internal_failures_keep_their_traceback():
 
 
 def test_every_loader_error_is_bad_input():
-    from audit.samples_table import TableError
-    from audit.task import TaskError
+    from audit.samples.table import TableError
+    from audit.task.task_dir import TaskError
     from rlhf.data import DataError
     from rlhf.errors import InputError
     from rlhf.model import CheckpointError

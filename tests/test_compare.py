@@ -2,8 +2,8 @@
 import copy
 import json
 
-from audit import render as R
-from audit.compare import compare, main
+from audit.task import render as R
+from audit.core.compare import compare, main
 from tests.test_render import full_evidence
 
 

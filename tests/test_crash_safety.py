@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from audit.evidence import load_evidence
+from audit.core.evidence import load_evidence
 from tests.helpers import certify_cmd
 
 ROOT = Path(__file__).resolve().parents[1]

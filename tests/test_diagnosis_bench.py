@@ -1,4 +1,4 @@
-"""world.diagnosis_bench: the zoo sweep on Ray, end to end at tiny settings, and its bookkeeping."""
+"""world.experiments.diagnosis_bench: the zoo sweep on Ray, end to end at tiny settings, and its bookkeeping."""
 import json
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from world.diagnosis_bench import draw_specs, summarise
+from world.experiments.diagnosis_bench import draw_specs, summarise
 from rlhf.vocab import FAMILIES
 
 
@@ -58,13 +58,13 @@ def test_summary_counts():
         r["settled"] = not (r["batch"] == 0 and r["family"] == "fjord") and not (r["batch"] == 1 and r["family"] == "ember")
     s = summarise(rows)["all"]
     assert s["settled"] == 10 and s["settled_wrong"] == 0 and s["unsettled_wrong"] == 2
-    from world.diagnosis_bench import table
+    from world.experiments.diagnosis_bench import table
     assert "settled flags (--replicates): all 10/12 (0 wrong; unsettled wrong 2)" in table(summarise(rows))
 
 
 def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tiny_world), "--quick", "--out",
+    r = subprocess.run([sys.executable, "-m", "world.experiments.diagnosis_bench", str(tiny_world), "--quick", "--out",
                         str(out), "--regime", "uniform", "--cache-dir", str(tmp_path / "cache"), "--alt-label", "10,2e-3"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -83,10 +83,10 @@ def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     assert res["config"]["alt_label"] == [10, 0.002]
     assert list((tmp_path / "cache" / tiny_world.name).glob("rm-*/rm.safetensors"))   # caches where told
     assert "[bench] 2/2 RMs trained" in r.stderr                      # progress on long sweeps
-    bad = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tmp_path)], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "world.experiments.diagnosis_bench", str(tmp_path)], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "not a built world" in bad.stderr
-    unreachable = subprocess.run([sys.executable, "-m", "world.diagnosis_bench", str(tiny_world), "--ray", "127.0.0.1:1",
+    unreachable = subprocess.run([sys.executable, "-m", "world.experiments.diagnosis_bench", str(tiny_world), "--ray", "127.0.0.1:1",
                                   "--out", str(tmp_path / "never.json")], capture_output=True, text=True, timeout=60)
     assert unreachable.returncode == 2 and "cannot start or reach a Ray cluster" in unreachable.stderr
     assert not (tmp_path / "never.json").exists()

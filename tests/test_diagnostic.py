@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from audit.diagnostic import DiagnosticConfig, diagnose, proxy_rubric
-from audit.hazard import hazardous
-from audit.recovery import association_prior
+from audit.task.diagnostic import DiagnosticConfig, diagnose, proxy_rubric
+from audit.core.hazard import hazardous
+from audit.task.recovery import association_prior
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
@@ -31,7 +31,7 @@ def test_cli_contract(tiny_world, tmp_path):
     assert set(res["families"]) == set(FAMILIES)
     for f, v in res["families"].items():
         assert isinstance(v["risk"], float) and isinstance(v["flag"], bool)
-        # the flag is SPEC §3's rule (audit.hazard) on the two stand-in gains, and risk > 0.8 says the same
+        # the flag is SPEC §3's rule (audit.core.hazard) on the two stand-in gains, and risk > 0.8 says the same
         assert v["flag"] == hazardous(v["proxy_gain_rm_run"], v["proxy_gain_rubric_run"]) == (v["risk"] > 0.8)
     bad = subprocess.run(args[:4] + [str(tmp_path / "nope")] + args[5:], capture_output=True, text=True)
     # bad input: exit 2, one line naming the file (rlhf.errors.run_cli)
@@ -74,7 +74,7 @@ def test_gold_hazard_labels_and_the_strongest_balanced_run():
     change is below a fifth of the change under RL against the recovered rubric (falls count); the run is the
     balanced one with the smallest kl_coef, then the most steps; no balanced run, no label source."""
     from types import SimpleNamespace as NS
-    from audit.diagnostic import gold_hazard_labels, strongest_balanced_run
+    from audit.task.diagnostic import gold_hazard_labels, strongest_balanced_run
 
     deltas = {"anvil": 0.45, "birch": 0.25, "cobalt": 0.08, "dune": 0.032, "ember": 0.0, "fjord": -0.059}
     rubric = {"anvil": 0.6, "birch": 0.5, "cobalt": 0.3, "dune": 0.7, "ember": 0.6, "fjord": 0.5}
@@ -98,7 +98,7 @@ def test_gold_hazard_labels_and_the_strongest_balanced_run():
 def test_diagnose_many_is_diagnose(tiny_world):
     """Several RMs' diagnostics as one stacked model give each RM's diagnose() figures up to float rounding
     (a few tiny steps: the runs stay close, so the stand-in gains agree closely)."""
-    from audit.diagnostic import diagnose_many
+    from audit.task.diagnostic_many import diagnose_many
     task = tiny_world / "task"
     cfg = DiagnosticConfig(**SMALL)
     args = (task / "policy", task / "data" / "prompts_train.jsonl", cfg)
@@ -133,7 +133,7 @@ def test_replicates_are_the_one_seed_diagnostics_combined(tiny_world):
 
 
 def test_combine_replicates_decides_on_the_mean_gains():
-    from audit.diagnostic import combine_replicates
+    from audit.task.diagnostic import combine_replicates
 
     def rep(seed, g_rm, g_rub):
         return {"families": {"dune": {"proxy_gain_rm_run": g_rm, "proxy_gain_rubric_run": g_rub, "risk": 0.0,
@@ -153,7 +153,7 @@ def test_combine_replicates_decides_on_the_mean_gains():
 def test_soft_prior_counts_are_the_sampled_counts_in_expectation():
     """policy_prior with probs: each sample adds its next-token distribution; one-hot distributions of the drawn
     tokens give exactly the sampled counts."""
-    from audit.rubric import policy_prior
+    from audit.task.rubric import policy_prior
     rng = np.random.default_rng(0)
     A, R = rng.integers(0, 8, (500, 4)), rng.integers(0, 24, (500, 8))
     onehot = np.eye(24)[R]
@@ -166,8 +166,8 @@ def test_soft_prior_counts_are_the_sampled_counts_in_expectation():
 def test_next_token_probs_are_the_sampling_distribution(tiny_world):
     """next_token_probs gives, per position, the distribution sample() draws from: its mean over many samples
     matches the drawn tokens' frequencies."""
-    from audit.diagnostic import next_token_probs
-    from audit.recovery import sample_arrays, uniform_prompts
+    from audit.task.diagnostic import next_token_probs
+    from audit.task.recovery import sample_arrays, uniform_prompts
     pol, _ = load_policy(tiny_world / "task" / "policy")
     recs = uniform_prompts("anvil", 6000, np.random.default_rng(1))
     A, R = sample_arrays(pol, recs, 1, 2)
@@ -180,7 +180,7 @@ def test_next_token_probs_are_the_sampling_distribution(tiny_world):
 def test_noise_bench_runs_on_the_tiny_world(tiny_world, tmp_path):
     out = tmp_path / "noise.json"
     task = tiny_world / "task"
-    r = subprocess.run([sys.executable, "-m", "world.diagnostic_noise", "--task", str(task), "--rm-dir",
+    r = subprocess.run([sys.executable, "-m", "world.experiments.diagnostic_noise", "--task", str(task), "--rm-dir",
                         str(task / "reward_model"), "--seeds", "0,1", "--eval-draws", "2", "--eval-prompts", "60",
                         "--quick", "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -193,7 +193,7 @@ def test_noise_bench_runs_on_the_tiny_world(tiny_world, tmp_path):
 
 
 def test_token_accuracy_scores_a_rubric_against_the_truth():
-    from world.standin_accuracy import token_accuracy
+    from world.experiments.standin_accuracy import token_accuracy
     rng = np.random.default_rng(0)
     assign, lut = rng.integers(0, 4, 8), rng.integers(0, 24, (8, 8))
     attrs = rng.integers(0, 8, (500, 4))
@@ -208,7 +208,7 @@ def test_token_accuracy_scores_a_rubric_against_the_truth():
 
 def test_standin_accuracy_runs_on_the_tiny_world(tiny_world, tmp_path):
     out = tmp_path / "acc.json"
-    r = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
+    r = subprocess.run([sys.executable, "-m", "world.experiments.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
                         str(tiny_world / "task" / "reward_model"), "--seeds", "0",
                         "--diagnostic-arg=--prior-samples-per-family 600", "--out", str(out)],
                        capture_output=True, text=True)
@@ -221,30 +221,30 @@ def test_standin_accuracy_runs_on_the_tiny_world(tiny_world, tmp_path):
         assert all(0.0 <= x[k] <= 1.0 for k in ("acc", "rm_keys_acc", "ceiling"))
         if x["keys"] == 8:                            # the true keys: the stand-in is the ceiling's rubric
             assert x["acc"] == x["ceiling"]
-    bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
+    bad = subprocess.run([sys.executable, "-m", "world.experiments.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
                           str(tmp_path / "nope")], capture_output=True, text=True)
     assert bad.returncode == 2 and "nope/rm.safetensors: file not found" in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
+    bad = subprocess.run([sys.executable, "-m", "world.experiments.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
                           str(tiny_world / "task" / "reward_model"), "--diagnostic-arg=--prior-counts bogus"],
                          capture_output=True, text=True)     # the diagnostic CLI's own choices, not a silent default
     assert bad.returncode == 2 and "invalid choice: 'bogus'" in bad.stderr
     rm = tmp_path / "rm"                              # a QA sample with a malformed line: its file and line named
     shutil.copytree(tiny_world / "task" / "reward_model", rm)
     (rm / "train.jsonl").write_text((rm / "train.jsonl").read_text() + "{not json\n")
-    bad = subprocess.run([sys.executable, "-m", "world.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
+    bad = subprocess.run([sys.executable, "-m", "world.experiments.standin_accuracy", "--world", str(tiny_world), "--rm-dirs",
                           str(rm), "--seeds", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "train.jsonl" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def _stand_in(key: int) -> "Rubric":
-    from audit.rubric import Rubric
+    from audit.task.rubric import Rubric
     return Rubric(assign=np.full(8, key % 4), lut=np.full((8, 8), key), entry_posterior=np.ones((8, 8)))
 
 
 def test_shared_stand_in_runs_cover_every_family_stand_in():
     """One run per distinct stand-in of the most varied family, not one per RM; each RM's family takes a run that
     optimises exactly its stand-in, and an RM whose six stand-ins are one run's takes that run whole."""
-    from audit.diagnostic import shared_stand_in_runs
+    from audit.task.diagnostic_many import shared_stand_in_runs
     clean = {f: 0 for f in FAMILIES}
     rms = [clean, {**clean, "dune": 1}, {**clean, "ember": 2, "fjord": 3}, {**clean, "dune": 4, "anvil": 5}, clean]
     preps = [{"rubrics": {f: _stand_in(k) for f, k in rm.items()}} for rm in rms]
@@ -267,7 +267,7 @@ def test_shared_stand_in_runs_cover_every_family_stand_in():
 def test_shared_stand_in_runs_exact_when_each_rm_takes_a_run_whole(tiny_world, tmp_path):
     """Two RMs whose QA labels differ on one family: two shared runs, each one RM's own six stand-ins, so sharing
     gives diagnose_many's figures (up to float rounding) and records which run each family took."""
-    from audit.diagnostic import diagnose_many
+    from audit.task.diagnostic_many import diagnose_many
     from rlhf.data import read_jsonl, write_jsonl
     task = tiny_world / "task"
     other = tmp_path / "rm"

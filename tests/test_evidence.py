@@ -1,4 +1,4 @@
-"""audit.evidence (recorder, JSON-safety, input hashes) and the checks/evidence_plugin.py pytest plugin."""
+"""audit.core.evidence (recorder, JSON-safety, input hashes) and the checks/evidence_plugin.py pytest plugin."""
 import hashlib
 import json
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.evidence import (EvidenceRecorder, hash_inputs, load_evidence, make_claim_id, split_claim_id,
+from audit.core.evidence import (EvidenceRecorder, hash_inputs, load_evidence, make_claim_id, split_claim_id,
                             to_jsonable)
 
 pytest_plugins = ["pytester"]

@@ -1,11 +1,11 @@
-"""SPEC §3's hazard rule lives in one helper (audit.hazard) and every place that labels or flags hazard uses it."""
+"""SPEC §3's hazard rule lives in one helper (audit.core.hazard) and every place that labels or flags hazard uses it."""
 import re
 from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 
-from audit.hazard import FIFTH, hazard_labels, hazardous, kept_share
+from audit.core.hazard import FIFTH, hazard_labels, hazardous, kept_share
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,9 +32,9 @@ def test_the_rule_is_spec_line(rm, rub):
 
 
 # every module that labels or flags hazard, and the helper name it must call
-USERS = {"audit/diagnostic.py": "hazardous(", "audit/stress.py": "hazard_labels(",
-         "checks/test_diagnostic.py": "gold_hazard_labels(", "world/hazard.py": "from audit.hazard import",
-         "world/grade.py": "hazard_labels(", "world/diagnosis_bench.py": "hazard_labels(",
+USERS = {"audit/task/diagnostic.py": "hazardous(", "audit/task/stress_batch.py": "hazard_labels(",
+         "checks/task/test_diagnostic.py": "gold_hazard_labels(", "world/hazard.py": "from audit.core.hazard import",
+         "world/grade.py": "hazard_labels(", "world/experiments/diagnosis_bench.py": "hazard_labels(",
          "world/zoo_check.py": "hazardous("}
 # how the rule was written out again before: "/ 5", "* 0.2", "0.2 *", "1 / 5", a flag_ratio knob
 AGAIN = re.compile(r"/\s*5\b|\*\s*0\.2\b|\b0\.2\s*\*|\bflag_ratio\b|HAZARD_FRACTION")
@@ -43,14 +43,14 @@ AGAIN = re.compile(r"/\s*5\b|\*\s*0\.2\b|\b0\.2\s*\*|\bflag_ratio\b|HAZARD_FRACT
 @pytest.mark.parametrize("path", sorted(USERS))
 def test_every_user_calls_the_helper(path):
     src = (ROOT / path).read_text()
-    assert USERS[path] in src, f"{path} no longer calls audit.hazard"
+    assert USERS[path] in src, f"{path} no longer calls audit.core.hazard"
     assert not AGAIN.findall(src), f"{path} writes the hazard line again: {AGAIN.findall(src)}"
 
 
 def test_the_names_are_the_helpers():
-    import audit.diagnostic
-    import audit.stress
+    import audit.task.diagnostic
+    import audit.task.stress_batch
     import world.hazard
-    from audit import hazard
-    assert audit.stress.hazard_labels is hazard.hazard_labels is world.hazard.hazard_labels
-    assert audit.diagnostic.hazardous is hazard.hazardous
+    from audit.core import hazard
+    assert audit.task.stress_batch.hazard_labels is hazard.hazard_labels is world.hazard.hazard_labels
+    assert audit.task.diagnostic.hazardous is hazard.hazardous

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from audit import certify
-from audit.task import TaskError, load_task, validate
+from audit.task import certify
+from audit.task.task_dir import TaskError, load_task, validate
 from tests.helpers import certify_cmd
 from tests.malformed import CASES, Case, delete, edit_line, make_case
 

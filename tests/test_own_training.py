@@ -1,4 +1,4 @@
-"""audit.train: the reward the audit's own policy is trained on, resuming after a crash, and -- the issue's proof
+"""audit.task.train: the reward the audit's own policy is trained on, resuming after a crash, and -- the issue's proof
 of honesty -- certifying a policy trained against a rubric with deliberately wrong entries on a tiny world."""
 import dataclasses
 
@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from audit.posterior import RubricPosterior
-from audit.quality import QualityConfig, QualityEstimator
-from audit.recovery import RecoveryConfig, recover_rubrics
-from audit.task import load_task
-from audit.train import OwnTrainConfig, reward_tables, table_reward, train_own
+from audit.task.posterior import RubricPosterior
+from audit.task.quality import QualityConfig, QualityEstimator
+from audit.task.recovery import RecoveryConfig, recover_rubrics
+from audit.task.task_dir import load_task
+from audit.task.train import OwnTrainConfig, reward_tables, table_reward, train_own
 from rlhf.model import load_policy
 from rlhf.vocab import CONTENT0, FAMILIES
-from audit.corruption import policy_favourites
+from audit.task.corruption import policy_favourites
 from world.truth import load_truth, policy_samples, true_quality
 
 TINY = OwnTrainConfig(steps=12, batch_prompts=8, samples_per_prompt=4, curve_every=4, resume_every=4,
@@ -83,7 +83,7 @@ def test_resume_after_a_crash_gives_the_uninterrupted_result(tiny_world, tiny_ru
 def test_a_snapshot_from_other_numerics_or_config_is_not_continued(tiny_world, tiny_rubrics, tmp_path, monkeypatch):
     """A snapshot taken under another numeric fingerprint (threads, CPU kernels, MKL mode) or another config
     would splice two runs' bits into one policy: the run starts over instead, and says so."""
-    import audit.train as T
+    import audit.task.train as T
     task, rub = tiny_rubrics
     posts = {f: r.posterior for f, r in rub.items()}
     cfg = dataclasses.replace(TINY, steps=8)

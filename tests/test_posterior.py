@@ -1,11 +1,11 @@
-"""audit.posterior: the Gibbs posterior over a family's rubric, on synthetic families (tests/synth_rubric.py)."""
+"""audit.task.posterior: the Gibbs posterior over a family's rubric, on synthetic families (tests/synth_rubric.py)."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from audit.posterior import PosteriorConfig, RubricPosterior, sample_posterior
-from audit.recovery import association_prior
-from audit.rubric import Rubric, fit_rubric, policy_prior
+from audit.task.posterior import PosteriorConfig, RubricPosterior, sample_posterior
+from audit.task.recovery import association_prior
+from audit.task.rubric import Rubric, fit_rubric, policy_prior
 from tests.synth_rubric import make_family, true_quality
 
 FAST = PosteriorConfig(n_samples=100, burn_in=10, thin=1)

@@ -1,14 +1,14 @@
-"""audit.ppi against the ppi-python package (ppi_py) on the same inputs, and its limiting cases."""
+"""audit.core.ppi against the ppi-python package (ppi_py) on the same inputs, and its limiting cases."""
 import numpy as np
 import pytest
 
-from audit.ppi import classical_mean, labels_to_halve, power_tuned_lambda, ppi_mean
+from audit.core.ppi import classical_mean, labels_to_halve, power_tuned_lambda, ppi_mean
 
 # ppi_py pulls numba, scikit-learn and statsmodels (their own OpenMP runtimes) into the process that imports it;
 # the cross-check runs in a fresh interpreter so that the rest of the suite's torch runs stay as they were
 CROSSCHECK = r"""
 import sys, numpy as np, ppi_py
-from audit.ppi import classical_mean, ppi_mean
+from audit.core.ppi import classical_mean, ppi_mean
 rng = np.random.default_rng(20231101)
 bad = 0
 for k in range(300):
@@ -42,7 +42,7 @@ def _data(seed, n, N, slope, noise, offset=0.0):
 
 
 def test_matches_ppi_py():
-    """audit.ppi = ppi_py (estimate, power-tuned interval, fixed-lambda intervals, classical interval) on 300
+    """audit.core.ppi = ppi_py (estimate, power-tuned interval, fixed-lambda intervals, classical interval) on 300
     drawn inputs: proxies of every scale and sign, 5-200 labelled rows, 5-3,000 unlabelled."""
     import subprocess
     import sys

@@ -1,12 +1,12 @@
-"""audit.quality: estimates and intervals on a random policy scored by synthetic rubrics (no world needed)."""
+"""audit.task.quality: estimates and intervals on a random policy scored by synthetic rubrics (no world needed)."""
 import numpy as np
 import pytest
 import torch
 
-from audit.posterior import RubricPosterior
-from audit.quality import QualityConfig, QualityEstimator, _rubric_hw
-from audit.recovery import FamilyRubric
-from audit.rubric import Rubric
+from audit.task.posterior import RubricPosterior
+from audit.task.quality import QualityConfig, QualityEstimator, _rubric_hw
+from audit.task.recovery import FamilyRubric
+from audit.task.rubric import Rubric
 from rlhf.model import Policy
 from rlhf.vocab import FAMILIES
 

@@ -3,7 +3,7 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from audit.release import ReleaseRule
+from audit.core.release import ReleaseRule
 from rlhf.vocab import FAMILIES
 
 GOOD_FAMS = {f: [0.01, 0.12] for f in FAMILIES}

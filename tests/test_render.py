@@ -8,7 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from audit import render as R
+from audit.task import render as R
+from audit.task.figures import FIGURE_NAMES
 
 FAMS = ["anvil", "birch", "cobalt", "dune", "ember", "fjord"]
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -332,7 +333,7 @@ def test_figures_only_from_data_present(tmp_path):
     ans, summary = do_render(tmp_path, full_evidence(), figures=True)
     figs = tmp_path / "out" / "figures"
     names = sorted(p.name for p in figs.iterdir())
-    assert names == sorted(R.FIGURE_NAMES)
+    assert names == sorted(FIGURE_NAMES)
     for n in names:
         assert (figs / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"](figures/{n})" in summary

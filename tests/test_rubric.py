@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from audit.rubric import (Rubric, RubricFitConfig, arrays_from_records, bootstrap_rubrics, cross_validate,
+from audit.task.rubric import (Rubric, RubricFitConfig, arrays_from_records, bootstrap_rubrics, cross_validate,
                           fit_rubric, lut_accuracy, policy_prior)
 from rlhf.vocab import CONTENT
 from tests.synth_rubric import make_family, true_quality

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.samples import main as samples_main
-from audit.samples_audit import SamplesAudit, SamplesConfig
-from audit.samples_table import DesignConfig, TableError, load
+from audit.samples.certify import main as samples_main
+from audit.samples.estimates import SamplesAudit, SamplesConfig
+from audit.samples.table import DesignConfig, TableError, load
 from tests.samples_synth import FAMS, make_table, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def load_rows(rows, gold, tmp=Path("/tmp")):
 
 
 def test_flags_gamed_family_and_stress():
-    from audit.samples_stress import corrupt, stress
+    from audit.samples.stress import corrupt, stress
     rows, gold, _ = make_table(seed=1, n=150, n_gold=40, slope={"f1": 1.0, "f2": 1.0, "f3": -1.0})
     t = load_rows(rows, gold)
     a = SamplesAudit(t, "reference", SamplesConfig(n_resamples=500))
@@ -203,9 +203,9 @@ def test_end_to_end_on_a_world_export(tiny_world, tmp_path):
 
 def test_generic_modules_need_no_torch_or_task():
     """The samples door's pieces are generic: importing them loads neither torch nor this task's model code."""
-    code = ("import sys, audit.ppi, audit.samples_table, audit.samples_audit, audit.samples_stress, "
-            "audit.samples_render, audit.samples_session, audit.samples; "
+    code = ("import sys, audit.core.ppi, audit.samples.table, audit.samples.estimates, audit.samples.stress, "
+            "audit.samples.render, audit.samples.session, audit.samples.certify; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('world', 'rlhf.model', 'rlhf.data', "
-            "'audit.task', 'audit.rubric'))]; print(bad); sys.exit(1 if bad else 0)")
+            "'audit.task'))]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

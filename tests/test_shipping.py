@@ -3,7 +3,7 @@ the reason in words; the reference when nothing passes. (Verdicts and estimates 
 estimators have tests of their own.)"""
 from types import SimpleNamespace as NS
 
-from audit.session import OWN, AuditConfig, AuditSession
+from audit.task.session import OWN, AuditConfig, AuditSession
 
 
 def _session(verdicts: dict, estimates: dict):

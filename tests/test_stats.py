@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from audit.stats import bootstrap_ci, combine_ci, mean_ci_normal, pearson_ci, spearman_ci
+from audit.core.stats import bootstrap_ci, combine_ci, mean_ci_normal, pearson_ci, spearman_ci
 
 KEYS = {"estimate", "ci95", "method", "n_resamples", "seed", "n", "confidence"}
 

@@ -1,4 +1,4 @@
-"""audit.stress: the judge's arithmetic, the severity order, the strategy's coverage, and one stress batch end to
+"""audit.task.stress: the judge's arithmetic, the severity order, the strategy's coverage, and one stress batch end to
 end on the tiny world (RM trained, hazard labelled, diagnostic and label-side claims run, cached)."""
 import json
 import subprocess
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from audit.corruption import Corruption
-from audit.stress import StressConfig, corruption_specs, judge, severity, spec_key
+from audit.task.corruption import Corruption
+from audit.task.stress import corruption_specs, judge
+from audit.task.stress_batch import StressConfig, severity, spec_key
 from rlhf.vocab import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,10 +75,10 @@ def test_strategy_refuses_a_share_outside_0_1():
 
 
 def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
-    from audit.diagnostic import DiagnosticConfig
-    from audit.recovery import RecoveryConfig, recover_rubrics
-    from audit.stress import stress
-    from audit.task import load_task
+    from audit.task.diagnostic import DiagnosticConfig
+    from audit.task.recovery import RecoveryConfig, recover_rubrics
+    from audit.task.stress import stress
+    from audit.task.task_dir import load_task
 
     task = load_task(tiny_world / "task")
     rubrics = recover_rubrics(task, task.load_policy(), RecoveryConfig(prior_samples_per_family=300, n_boot=4))
@@ -100,8 +101,8 @@ def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
     again = stress(task, rubrics, cfg, dcfg, tmp_path / "stress", say=lambda s: None)   # all from the cache
     assert json.dumps(again["results"]) == json.dumps(res["results"])
     # a kill between the stacked stage's writes: the stage is redone whole and gives the same bytes
-    from audit.stress import spec_key
-    from audit.corruption import Corruption
+    from audit.task.stress_batch import spec_key
+    from audit.task.corruption import Corruption
     key = spec_key({f: Corruption(**c) for f, c in res["results"][1]["spec"].items()})
     (tmp_path / "stress" / f"{key}.json").unlink()
     (tmp_path / "stress" / "rubric_gain.json").unlink()
@@ -112,7 +113,7 @@ def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
     assert timeless(resumed["results"]) == timeless(res["results"])
     # the stacked path (default) is the one-batch-after-another path up to float rounding: same batches, same
     # RMs by meaning, the same gains and stand-in gains within a small tolerance (4 tiny steps: the runs stay close)
-    from audit.stress import _shares_prefix
+    from audit.task.stress import _shares_prefix
     assert _shares_prefix(cfg, dcfg, task)         # the diagnostic's RM run is the hazard run's first steps
     import dataclasses
     serial = stress(task, rubrics, dataclasses.replace(cfg, stacked=False), dcfg, tmp_path / "serial",
@@ -138,7 +139,7 @@ def test_one_stress_round_on_the_tiny_world(tiny_world, tmp_path):
 
 
 def test_ray_address_errors_name_the_address():
-    from audit.stress_ray import connect
+    from audit.task.stress_ray import connect
     with pytest.raises(RuntimeError, match="--ray 127.0.0.1:1: cannot start or reach a Ray cluster"):
         connect("127.0.0.1:1")             # nothing listens on port 1: refused at once, not retried for minutes
     with pytest.raises(RuntimeError, match="--ray nonsense: expected host:port"):
@@ -154,10 +155,10 @@ def test_certify_refuses_an_unreachable_ray_address_before_writing(tmp_path):
 
 def test_drawn_batches_depend_on_the_seed_alone():
     """The stress batches for a seed are the same in any process, whatever of ours it has imported: hypothesis
-    draws now and then a number written in a loaded local module (audit.seeded_draws), and without the guard
+    draws now and then a number written in a loaded local module (audit.core.seeded_draws), and without the guard
     a draw made after importing more of the repo differed from one made before (a replaced share 0.999, the Adam
     beta of rlhf/stacked.py). Eight examples (the default count), drawn in fresh processes and twice in one."""
-    code = ("import dataclasses, json\n{imports}\nfrom audit.stress import StressConfig, draw_specs\n"
+    code = ("import dataclasses, json\n{imports}\nfrom audit.task.stress import StressConfig, draw_specs\n"
             "def draw():\n"
             "    return [{{f: dataclasses.asdict(c) for f, c in s.items()}} for s in draw_specs(StressConfig(examples=8))]\n"
             "first = draw()\n{more}\nprint(json.dumps([first, draw()]))\n")

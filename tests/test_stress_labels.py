@@ -1,10 +1,10 @@
-"""world.stress_labels: the stress claim's labels set beside SPEC §3's, from the oracle (a world tool)."""
+"""world.experiments.stress_labels: the stress claim's labels set beside SPEC §3's, from the oracle (a world tool)."""
 import json
 
-from audit.hazard import hazard_labels
+from audit.core.hazard import hazard_labels
 from rlhf.errors import EXIT_BAD_INPUT, run_cli
 from rlhf.vocab import FAMILIES
-from world.stress_labels import compare_labels, main
+from world.experiments.stress_labels import compare_labels, main
 
 
 def test_compare_labels_counts_each_disagreement():
@@ -34,7 +34,7 @@ def test_runs_on_the_tiny_worlds_certify(certified_tiny, tiny_world, tmp_path, c
     args = ["--world", str(tiny_world), "--stress-dir", str(stress_dir), "--steps", "3", "--batch-prompts", "4",
             "--samples-per-prompt", "2", "--n-eval", "40", "--jobs", "1", "--cache-dir", str(tmp_path / "cache"),
             "--out", str(res_file)]
-    assert run_cli(main, "python -m world.stress_labels", args) == 0
+    assert run_cli(main, "python -m world.experiments.stress_labels", args) == 0
     res = json.loads(res_file.read_text())
     stored = {p.stem: json.loads(p.read_text()) for p in stress_dir.glob("*.json") if p.name != "rubric_gain.json"}
     assert res["pairs"] == 6 * len(stored) and len(list((tmp_path / "cache").glob("gain-*.json"))) == len(stored) + 1
@@ -51,10 +51,10 @@ def test_runs_on_the_tiny_worlds_certify(certified_tiny, tiny_world, tmp_path, c
     assert f"{res['pairs']} pairs: the claim's labels agree with SPEC's on" in capsys.readouterr().out
     assert res["config"]["recipe"]["seed"] == 0
     # another --seed is another set of SPEC runs (the rule's own seed-to-seed noise), cached beside the first
-    assert run_cli(main, "python -m world.stress_labels", args + ["--seed", "1"]) == 0
+    assert run_cli(main, "python -m world.experiments.stress_labels", args + ["--seed", "1"]) == 0
     assert json.loads(res_file.read_text())["config"]["recipe"]["seed"] == 1
     assert len(list((tmp_path / "cache").glob("gain-*.json"))) == 2 * (len(stored) + 1)
     capsys.readouterr()
     bad = ["--world", str(tiny_world), "--stress-dir", str(tmp_path / "nope")]
-    assert run_cli(main, "python -m world.stress_labels", bad) == EXIT_BAD_INPUT
+    assert run_cli(main, "python -m world.experiments.stress_labels", bad) == EXIT_BAD_INPUT
     assert "nope: not a directory" in capsys.readouterr().err

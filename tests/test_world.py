@@ -11,7 +11,7 @@ from rlhf.errors import EXIT_FINDING
 from rlhf.model import Policy, default_config
 from rlhf.vocab import FAMILIES, N_CONTENT
 from world.config import Corruption, RUNS
-from audit.corruption import count_row_mask, crowd_labels, wrong_lut
+from audit.task.corruption import count_row_mask, crowd_labels, wrong_lut
 from world.grade import exact_rule
 from world.hazard import hazard_labels
 from world.truth import make_truth, match_fraction, rubric_tokens, true_quality, truth_from_json, truth_to_json
@@ -183,7 +183,7 @@ def test_audit_never_reads_the_oracle_or_imports_world():
 
 
 def test_fast_rm_fidelity_report(tiny_world):
-    from world.fidelity import fidelity
+    from world.experiments.fidelity import fidelity
     rep = fidelity(tiny_world, seed=3, full_epochs=20)      # 2x the fast preset's 10 (the real one: 80)
     for preset in ("fast", "full"):
         row = rep[preset]
@@ -229,9 +229,9 @@ def test_replay_redraws_the_crowd_with_other_corruption(tiny_world, tmp_path):
 
 
 def test_pooled_pearson_decomposes_exactly_into_family_terms():
-    """world.decompose's per-family within/between terms sum to the pooled Pearson (an identity, checked on
+    """world.experiments.decompose's per-family within/between terms sum to the pooled Pearson (an identity, checked on
     data whose families differ in scale and mean, as the RM's dune scores do)."""
-    from world.decompose import pooled_terms
+    from world.experiments.decompose import pooled_terms
 
     rng = np.random.default_rng(4)
     fam = np.repeat(np.array(FAMILIES), 50)
@@ -248,7 +248,7 @@ def test_pooled_pearson_decomposes_exactly_into_family_terms():
 def test_decompose_on_the_tiny_world(tiny_world):
     """The decomposition runs on a built world: terms sum to its pooled figure, the keyed corrupted family's gold
     rows are split by its key, and a wrong rubric agrees less with the truth the more of its LUT is replaced."""
-    from world.decompose import decompose, render
+    from world.experiments.decompose import decompose, render
 
     res = decompose(tiny_world)
     terms = res["shipped_rm"]

@@ -85,7 +85,7 @@ def hybrid_quality(task: Path, truth: dict, cfg: WorldConfig, gold, qa, ref, rm,
     true quality of the result. The arguments are what `figures` has already loaded from the world."""
     import tempfile
 
-    from audit.recovery import RecoveryConfig, recover_family   # world may use the audit; never the reverse
+    from audit.task.recovery import RecoveryConfig, recover_family   # world may use the audit; never the reverse
     from rlhf.train_rl import train_rl
 
     from .build import _absolute, run_config

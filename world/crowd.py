@@ -21,7 +21,7 @@ from rlhf.reward_model import save_rm
 from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT, FAMILIES
 
-from audit.corruption import Corruption, crowd_labels, policy_favourites, qa_sample, wrong_lut
+from audit.task.corruption import Corruption, crowd_labels, policy_favourites, qa_sample, wrong_lut
 
 from .config import WorldConfig, load_world_config
 from .truth import load_truth, policy_samples, random_prompt_records

@@ -7,7 +7,7 @@ run x family (at most `--samples`, refused beyond it; equal labels every sample)
 (the rubric's match fraction + the world's expert noise). The exact true quality of every run x family (the
 oracle rubric on `--truth-samples` further fresh samples a family, with its Monte-Carlo standard error; and the
 exact mean of the exported rows themselves) is written apart, to DIR/oracle/truth.json: the audit never reads it
-(grading only: world/samples_coverage.py).
+(grading only: world/experiments/samples_coverage.py).
 
     DIR/samples.{jsonl,csv,parquet}   sample_id, run, family, prompt_id, prompt, completion, proxy_reward
     DIR/gold.{jsonl,csv,parquet}      sample_id, gold

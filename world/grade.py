@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audit.stats import auroc
+from audit.core.stats import auroc
 from rlhf.common import setup_torch
 from rlhf.data import write_json
 from rlhf.errors import InputError

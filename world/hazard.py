@@ -18,9 +18,9 @@ from rlhf.model import load_policy
 from rlhf.train_rl import RLConfig, train_rl
 from rlhf.vocab import FAMILIES
 
-from audit.diagnostic import rubric_reward as diagnostic_rubric_reward
-from audit.hazard import hazard_labels  # noqa: F401  (SPEC §3's rule, one helper; world.grade and the bench use it from here)
-from audit.rubric import Rubric
+from audit.task.diagnostic import rubric_reward as diagnostic_rubric_reward
+from audit.core.hazard import hazard_labels  # noqa: F401  (SPEC §3's rule, one helper; world.grade and the bench use it from here)
+from audit.task.rubric import Rubric
 
 from .truth import load_truth, true_quality
 

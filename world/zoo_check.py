@@ -8,7 +8,7 @@ the SPEC rather than from what our worlds do:
 - every honest family rises by >= 0.05 (SPEC §2: each honest family under default-s800), and their mean by
   >= 0.15 (SPEC §2: kl002-s1500);
 - a strongly corrupted family changes by less than a fifth of the honest families' mean rise (SPEC §3's hazard
-  rule, audit.hazard, the honest families' rise standing in for what the same run against the rubric would give);
+  rule, audit.core.hazard, the honest families' rise standing in for what the same run against the rubric would give);
 - "strong" = a wrong rubric with at least STRONG_REPLACED of its LUT replaced: below that, RL against such an RM
   was measured to *raise* the family (60% replaced: +0.01..+0.03; docs/calibration.md), so a milder
   corruption's direction is reported, not asserted.
@@ -26,7 +26,7 @@ from rlhf.errors import EXIT_FINDING
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
-from audit.hazard import FIFTH, hazardous
+from audit.core.hazard import FIFTH, hazardous
 
 from .calibrate import quality_changes, render
 from .config import load_corruption, load_world_config

@@ -16,7 +16,7 @@ the (1 - a/2) quantile of
 quantile of T_lo (the extra observation at lo). For a quantity taking two values this is exactly the binomial
 (Clopper-Pearson) interval (25 labels all 1: lower bound 0.025^(1/25) = 0.863); for other distributions its
 coverage is conjectured (no counterexample in the authors' or later simulations) and measured here on a grid
-(world/interval_coverage.py, docs/intervals.md). It is never of zero width, and in the middle of the range it is
+(world/experiments/interval_coverage.py, docs/intervals.md). It is never of zero width, and in the middle of the range it is
 about as wide as Student's t.
 
 Sums. A balanced mean over families, a difference between two runs, and the two terms of a prediction-powered

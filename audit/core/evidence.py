@@ -129,7 +129,7 @@ def inputs_fingerprint(input_hashes) -> str | None:
 
 def code_hash(packages=("audit", "checks", "rlhf", "templates")) -> str:
     """sha256 of the sources that compute and render the audit (file names and bytes, sorted), for provenance."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
     for pkg in packages:
         for f in sorted(p for p in (root / pkg).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
@@ -229,7 +229,7 @@ class EvidenceRecorder:
         return c
 
     def record_result(self, claim_id: str, result: dict, **kwargs) -> dict:
-        """Record an `audit.stats`-shaped result {"estimate", "ci95", "method", "n_resamples", "seed", ...};
+        """Record an `audit.core.stats`-shaped result {"estimate", "ci95", "method", "n_resamples", "seed", ...};
         keys other than those five go into details (plus any `details=` given)."""
         result = dict(result)
         fields = {k: result.pop(k) for k in ("estimate", "ci95", "method", "n_resamples", "seed") if k in result}

@@ -1,15 +1,15 @@
-"""The samples front door's statistics (SPEC §4): from a validated samples table (audit.samples_table), the true
+"""The samples front door's statistics (SPEC §4): from a validated samples table (audit.samples.table), the true
 quality of every run x family cell (the proxy as the prediction, the gold subset as the rectifier) beside the
 gold-only estimate, balanced means and deltas against the reference run, the release rule's verdicts, the run to
 ship, the proxy's agreement with the gold labels per family, and a gold budget per family. The claims in
 checks/samples/ read from here; nothing here asserts. Generic: no tokens, checkpoints or world.
 
-Intervals (audit.bounded, docs/intervals.md): finite-sample intervals for a bounded label -- the Gaffke /
+Intervals (audit.core.bounded, docs/intervals.md): finite-sample intervals for a bounded label -- the Gaffke /
 Learned-Miller-Thomas bound, exactly Clopper-Pearson for two-valued labels, never of zero width -- over the label
 range `gold_range` (stated with --gold-range, else [0, 1] when every label lies in it, else the labels' observed
 range, and the report says which). A cell's interval covers the mean gold label of the population its rows were
 drawn from (the run's policy on the family's prompts) when the gold rows are a random subset of the cell's rows
-(tested: see audit.samples_table). Cells are independent samples: a balanced mean (families equally weighted) and
+(tested: see audit.samples.table). Cells are independent samples: a balanced mean (families equally weighted) and
 a delta (run minus reference) are sums over cells, bounded through the same statistic summed over the cells. A
 cell whose gold rows failed the random-subset test and which the user asked to widen gets a worst-case part
 (every unlabelled row anywhere in the label range), which sums add at its ends.
@@ -24,11 +24,11 @@ from functools import cached_property
 import numpy as np
 from scipy import stats as st
 
-from . import bounded
-from .ppi import labels_to_halve
-from .release import ReleaseRule
-from .samples_table import DesignConfig, Table
-from .stats import pearson_ci, spearman_ci
+from audit.core import bounded
+from audit.core.ppi import labels_to_halve
+from audit.core.release import ReleaseRule
+from .table import DesignConfig, Table
+from audit.core.stats import pearson_ci, spearman_ci
 
 
 MIN_COMPARATORS = 2     # a scale ratio against one other family cannot tell which of the two is off
@@ -39,7 +39,7 @@ class SamplesConfig:
     seed: int = 0
     confidence: float = 0.95
     n_resamples: int = 2000
-    draws: int = bounded.DRAWS      # Monte-Carlo draws of every interval's statistic (audit.bounded)
+    draws: int = bounded.DRAWS      # Monte-Carlo draws of every interval's statistic (audit.core.bounded)
     release_rule: ReleaseRule = field(default_factory=ReleaseRule)
     design: DesignConfig = field(default_factory=DesignConfig)
     # the proxy agrees with the gold labels on a family: Pearson CI lower bound above this (as the task door's RM)
@@ -47,7 +47,7 @@ class SamplesConfig:
     # the proxy is on a common scale across families: the family's proxy-per-gold slope over the other
     # families' median slope has a CI that reaches into [1/r, r]
     scale_max_ratio: float = 2.0
-    stress_examples: int = 24       # hypothesis-drawn proxy corruptions (audit.samples_stress)
+    stress_examples: int = 24       # hypothesis-drawn proxy corruptions (audit.samples.stress)
 
 
 def gold_range(gold: np.ndarray, stated=None) -> dict:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .evidence import sha256_file
-from .release import ReleaseRule
-from .samples_audit import SamplesAudit, SamplesConfig
-from .samples_table import DesignConfig, load
+from audit.core.evidence import sha256_file
+from audit.core.release import ReleaseRule
+from .estimates import SamplesAudit, SamplesConfig
+from .table import DesignConfig, load
 
 
 def design_config(settings: dict) -> DesignConfig:
@@ -18,7 +18,7 @@ def design_config(settings: dict) -> DesignConfig:
 
 
 def load_table(settings: dict):
-    """(table, reference run); raises audit.samples_table.TableError listing every problem."""
+    """(table, reference run); raises audit.samples.table.TableError listing every problem."""
     t = load(settings["samples"], settings["gold"], mapping=settings.get("mapping"),
              reference=settings.get("reference"), design=design_config(settings))
     return t, t.reference

@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from .seeded_draws import seed_alone
+from audit.core.seeded_draws import seed_alone
 
 KINDS = ("rescale", "shuffle", "gamed_token", "invert")
 DESTROYING = ("shuffle", "invert")       # corruptions that leave the proxy no (or negative) information on a slice
@@ -95,7 +95,7 @@ def stress(audit, examples: int, n_resamples: int = 400) -> dict:
     """Draw `examples` corruptions (seeded by the audit's seed), re-run the claims, and return the rates."""
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    from .samples_audit import SamplesAudit
+    from .estimates import SamplesAudit
     cfg = dataclasses.replace(audit.cfg, n_resamples=n_resamples)
     cache = audit._shared          # cells of families a corruption leaves alone are the audit's own, not redrawn
     base = SamplesAudit(audit.t, audit.reference, cfg, cell_cache=cache)
@@ -115,7 +115,7 @@ def stress(audit, examples: int, n_resamples: int = 400) -> dict:
         results.append({"spec": spec, "flags": _flags(a2, a2.agreement(spearman=False, ci_method="percentile")), "verdicts": _verdicts(a2)})
 
     if examples > 0:
-        with seed_alone():      # the same corruptions for the same seed in any process (audit.seeded_draws)
+        with seed_alone():      # the same corruptions for the same seed in any process (audit.core.seeded_draws)
             probe()
     return judge(results, flags0, verdicts0)
 

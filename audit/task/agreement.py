@@ -7,7 +7,7 @@ from rlhf.data import prompts_tensor, responses_tensor
 from rlhf.reward_model import score
 from rlhf.vocab import FAMILIES
 
-from .stats import pearson_ci, spearman_ci
+from audit.core.stats import pearson_ci, spearman_ci
 
 # a label is a fraction of 8 positions (plus small noise): the rubric's maximum is 1
 RUBRIC_MAX = 1.0

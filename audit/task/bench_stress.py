@@ -1,4 +1,4 @@
-"""Benchmark: seconds per stress batch (audit/stress.py: the batch's RM re-trained, its hazard-label RL run, the
+"""Benchmark: seconds per stress batch (audit/task/stress.py: the batch's RM re-trained, its hazard-label RL run, the
 diagnostic on it; the rubric run shared by all batches counted in) batch by batch and stacked, side by side in
 one run on one task, from cold caches. Also prints how far each path's hazard labels and flags agree with the
 first path's, which they should up to the noise of runs that differ by float rounding. Paths: serial (one batch
@@ -22,7 +22,7 @@ from rlhf.errors import run_cli
 from .diagnostic import DiagnosticConfig
 from .recovery import RecoveryConfig, recover_rubrics
 from .stress import StressConfig, stress
-from .task import load_task
+from .task_dir import load_task
 from rlhf.cli import Parser, nonneg_int, positive_int, seed_arg
 
 

@@ -1,5 +1,5 @@
 """The crowd's corruption model of SPEC §1, shared by the world builder (world/crowd.py) and the audit's own
-stress checks (audit/stress.py): a per-family Corruption spec, a wrong rubric built from a true one, which rows
+stress checks (audit/task/stress.py): a per-family Corruption spec, a wrong rubric built from a true one, which rows
 report counts, and the labels a crowd working from it gives. Pure numpy on content indices; nothing here knows
 a world's oracle -- the caller passes the rubric (the world its hidden truth, the audit its recovered one)."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Posterior over a family's rubric by Gibbs sampling: the uncertainty a policy *optimised against* the
 recovered rubric inherits.
 
-Why not only the MAP fit and its bootstrap refits (audit.rubric)? A policy trained to emit exactly the LUT
+Why not only the MAP fit and its bootstrap refits (audit.task.rubric)? A policy trained to emit exactly the LUT
 entries the fit believes is scored 1.0 on every one of them by that fit, right or wrong (winner's curse); the
 refits share most of the fit's errors, because the errors that matter are the ones the data cannot settle. The
 posterior instead gives every entry the probability the data (and the prior) assign to it, so
@@ -10,13 +10,13 @@ an honest estimate for *any* policy, however it was chosen, as long as the model
 match indicators + Gaussian noise (SPEC §1), which is exactly how expert labels are made.
 
 Sampler (blocked, collapsed per position): given the other positions' match indicators, position p's
-likelihood factorises over the key attribute's values (audit.rubric's module docstring), so
+likelihood factorises over the key attribute's values (audit.task.rubric's module docstring), so
     P(key_p = k | rest)           ∝ K[p, k] * prod_v sum_t exp(score[k, v, t])      (LUT summed out)
     P(LUT_p[v] = t | key, rest)   ∝ exp(score[k, v, t])
 with score = data log-likelihood gain + normalised log prior; then the noise variance from its conditional
 (scaled inverse chi-square, Jeffreys prior, floored). Chains start at the MAP fit.
 
-The LUT prior is audit.recovery's association prior (a pseudo-likelihood from the reference policy's samples,
+The LUT prior is audit.task.recovery's association prior (a pseudo-likelihood from the reference policy's samples,
 its weight chosen by cross-validation on gold); here it is normalised per (position, key, value) so every key
 has a proper prior over LUTs -- the collapsed key step compares marginal likelihoods, which an unnormalised
 prior would bias towards keys with flatter priors.
@@ -42,7 +42,7 @@ class PosteriorConfig:
     n_samples: int = 200        # posterior draws kept
     burn_in: int = 20           # sweeps discarded first (chains start at the MAP fit, so little is needed)
     thin: int = 2               # sweeps between kept draws
-    sigma_floor: float = 0.02   # as audit.rubric: keeps the likelihood from becoming infinitely sharp
+    sigma_floor: float = 0.02   # as audit.task.rubric: keeps the likelihood from becoming infinitely sharp
     # the prior's weight is itself sampled, on this grid with a uniform (log-spaced) hyperprior: how far to
     # trust the reference policy's associations is learned from how well they predict the LUT entries the
     # labels do settle, so the uncertain entries get the prior's *measured* reliability (see the docstring)
@@ -112,7 +112,7 @@ class RubricPosterior:
 def sample_posterior(attrs, resp, labels, *, init: Rubric, weights=None, prior_logp=None, prior_weight: float = 1.0,
                      cfg: PosteriorConfig | None = None) -> RubricPosterior:
     """Gibbs draws from the rubric posterior given labelled rows (see the module docstring). `init` is the
-    MAP fit (audit.rubric.fit_rubric) the chain starts from; weights are relative precisions as in fit_rubric."""
+    MAP fit (audit.task.rubric.fit_rubric) the chain starts from; weights are relative precisions as in fit_rubric."""
     cfg = cfg or PosteriorConfig()
     A, R, y, w = _check_labelled(attrs, resp, labels, weights)
     P, _ = _check_prior(prior_logp, None)

@@ -1,11 +1,11 @@
 """True-quality estimates of any policy, per family and balanced, on fresh prompts with uniform attributes,
 scored by the recovered rubrics. Default method "posterior": the estimate is the posterior-mean rubric score
-(audit.posterior: each LUT entry a policy relies on credited with its posterior probability -- honest for a
+(audit.task.posterior: each LUT entry a policy relies on credited with its posterior probability -- honest for a
 policy trained against the recovered rubric, which the fit itself would credit in full); "bootstrap": the
 fit's score with refits on resampled rows. The 95% CI combines the rubric's uncertainty (the policy's samples
 rescored under every draw; the larger side of the spread used both ways, see stats.combine_ci) with
 Monte-Carlo sampling error, clipped to the quantity's range. The sampling error's half-widths come from the
-finite-sample interval of a bounded mean (audit.bounded) on the per-prompt scores, which lie in [0, 1] (their
+finite-sample interval of a bounded mean (audit.core.bounded) on the per-prompt scores, which lie in [0, 1] (their
 differences in [-1, 1]): a policy whose every sample scores 1 still gets an interval below 1, never a zero-width
 one. Deltas against the reference are paired: the same prompts and the same random numbers for both policies
 (common random numbers), so shared noise cancels."""
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import bounded
+from audit.core import bounded
 from .recovery import sample_arrays, uniform_prompts
-from .stats import combine_ci
+from audit.core.stats import combine_ci
 
 
 
@@ -38,7 +38,7 @@ def _interval(estimate, rubric_hw, sampling_hw, lo, hi) -> list:
 
 def _sampling_hw(terms, seed: int, key) -> tuple:
     """(below, above): the half-widths of the finite-sample 95% interval of sum_k w_k mean(x_k) for independent
-    per-prompt scores x_k in [lo_k, hi_k], terms = [(w_k, x_k, lo_k, hi_k)] (audit.bounded)."""
+    per-prompt scores x_k in [lo_k, hi_k], terms = [(w_k, x_k, lo_k, hi_k)] (audit.core.bounded)."""
     parts = [(w, bounded.draw(x, lo, hi, bounded.stream(seed, *key, k))) for k, (w, x, lo, hi) in enumerate(terms)]
     out = bounded.interval(parts, 0.95)
     lo_b, hi_b = out["ci95"]
@@ -53,7 +53,7 @@ def intervals(method: str, n_boot: int) -> dict:
     return {"method": "recovered-rubric quality: rubric uncertainty combined in quadrature with the sampling error",
             "rubric": rubric.format(b=n_boot),
             "sampling": f"{bounded.METHOD} of the per-prompt scores (in [0, 1]; paired differences in [-1, 1]), "
-                        "balanced figures with one pseudo-observation for the sum (audit.bounded)",
+                        "balanced figures with one pseudo-observation for the sum (audit.core.bounded)",
             "confidence": 0.95,
             "why": "the gold labels fit the rubric that scores every policy, so the rubric's uncertainty dominates; "
                    "the sampling part is a finite-sample interval for a bounded score, so a policy whose every "

@@ -22,7 +22,7 @@ import numpy as np
 
 from rlhf.vocab import CONTENT, CONTENT0, CONTENT_ID, N_ATTRS, N_CONTENT, N_VALUES, RESP_LEN
 
-from .stats import _pearson
+from audit.core.stats import _pearson
 
 N_POS = RESP_LEN
 _PRIOR_SHAPE = (N_POS, N_ATTRS, N_VALUES, N_CONTENT)

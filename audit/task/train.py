@@ -2,7 +2,7 @@
 audit established, with gold-vs-proxy curves along the way, resumable after a crash.
 
 Reward (every family): the *posterior-expected* rubric score, sum_p P(response[p] is correct | gold, trusted
-crowd rows, prior) / 8, from audit.posterior. Not the RM: where the RM is corrupted it is the hazard itself,
+crowd rows, prior) / 8, from audit.task.posterior. Not the RM: where the RM is corrupted it is the hazard itself,
 and where it is honest it is still a far noisier proxy of the rubric than the recovered rubric is (RM-expert
 Pearson 0.4-0.6 against the rubric's held-out 0.9+; docs/results.md measures what a hybrid RM/rubric reward
 ships). Not the rubric's point estimate either: an uncertain LUT entry is rewarded by its posterior
@@ -62,7 +62,7 @@ class OwnTrainConfig:
 
 
 def reward_tables(posteriors: dict) -> torch.Tensor:
-    """[families, 8, 4, 8, 24] posterior-expected correctness tables (audit.posterior.RubricPosterior.table) in
+    """[families, 8, 4, 8, 24] posterior-expected correctness tables (audit.task.posterior.RubricPosterior.table) in
     FAMILIES order; a family without a posterior gets zeros (never rewarded)."""
     return torch.tensor(np.stack([posteriors[f].table() if f in posteriors else np.zeros((8, 4, 8, 24))
                                   for f in FAMILIES]), dtype=torch.float32)

@@ -3,7 +3,7 @@ same evidence plugin as the task door's (checks/evidence_plugin.py, loaded by ch
 
     python -m pytest checks/samples --samples-settings SETTINGS.json --evidence OUT/evidence.json
 
-SETTINGS.json is what `python -m audit.samples` writes (audit/samples.py: settings()). The table is validated when
+SETTINGS.json is what `python -m audit.samples` writes (audit/samples/certify.py: settings()). The table is validated when
 the settings are read; a table that does not validate makes every claim an error (audit.samples refuses it
 before pytest starts)."""
 import json
@@ -31,7 +31,7 @@ def _settings(config) -> dict:
 
 def samples_audit_of(config):
     if AUDIT_KEY not in config.stash:
-        from audit.samples_session import open_audit
+        from audit.samples.session import open_audit
         config.stash[AUDIT_KEY] = open_audit(_settings(config))
     return config.stash[AUDIT_KEY]
 
@@ -39,7 +39,7 @@ def samples_audit_of(config):
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
     """The evidence's meta: the two input files' hashes and the settings (after the plugin's own meta)."""
-    from audit.samples_session import input_hashes
+    from audit.samples.session import input_hashes
     from checks.evidence_plugin import recorder_of
     config = session.config
     s = _settings(config)

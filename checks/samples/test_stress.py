@@ -1,4 +1,4 @@
-"""How well the proxy claims detect a corrupted proxy, and how the run verdicts react (audit/samples_stress.py):
+"""How well the proxy claims detect a corrupted proxy, and how the run verdicts react (audit/samples/stress.py):
 corruptions drawn by hypothesis, the truth unchanged. The claim holds when the family flag catches corruptions
 that leave the proxy no information on a family (shuffled, inverted) and rarely flags an untouched family."""
 import pytest
@@ -11,7 +11,7 @@ MAX_FALSE_ALARM = 0.1      # of untouched families that passed on the table as g
 
 @pytest.mark.claim("proxy.corruption_detection")
 def test_corruption_detection(samples_audit, evidence):
-    from audit.samples_stress import stress
+    from audit.samples.stress import stress
     n = samples_audit.cfg.stress_examples
     if n == 0:
         pytest.skip("--stress-examples 0")

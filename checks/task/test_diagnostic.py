@@ -1,17 +1,17 @@
 """Claim 7: the gold-free diagnostic's risk per family on this task's RM, validated against what the gold set
 says about optimising the same RM: when the task ships a balanced run against it (the strongest: kl002-s1500), a
-family is gold-hazardous by SPEC §3's rule (audit.hazard) when that run's gold-estimated change is below a fifth of
+family is gold-hazardous by SPEC §3's rule (audit.core.hazard) when that run's gold-estimated change is below a fifth of
 the gold-estimated change under RL against the recovered rubric -- the audit's own policy, trained by exactly that
-(audit.diagnostic.gold_hazard_labels); without such a run, when the RM's agreement with the experts is not
+(audit.task.diagnostic.gold_hazard_labels); without such a run, when the RM's agreement with the experts is not
 established or its crowd labels are off the rubric's scale (a weaker proxy: an RM can disagree with the experts
 on a family and still be safe to optimise there). Its validation on re-trained RMs lives in tests/ and in
 world/grade (they need the oracle)."""
 import numpy as np
 import pytest
 
-from audit.diagnostic import gold_hazard_labels, strongest_balanced_run
-from audit.session import OWN
-from audit.stats import auroc
+from audit.task.diagnostic import gold_hazard_labels, strongest_balanced_run
+from audit.task.session import OWN
+from audit.core.stats import auroc
 from rlhf.vocab import FAMILIES
 
 
@@ -60,10 +60,10 @@ def test_diagnostic_flags_families(audit, evidence):
 @pytest.mark.claim("diagnostic.flags_synthetic_corruption")
 def test_diagnostic_flags_synthetic_corruption(audit, evidence):
     """SPEC §3 question 7: on RMs re-trained on batches with injected corruption (a clean batch and batches drawn
-    by a hypothesis strategy over corruption specs, audit/stress.py), the diagnostic flags the hazardous
+    by a hypothesis strategy over corruption specs, audit/task/stress.py), the diagnostic flags the hazardous
     families and only those. The same batches measure how often the label-side claims fire on corrupted and on
     clean families (their power and false-alarm rate)."""
-    from audit.stress import judge
+    from audit.task.stress import judge
     res = audit.stress()
     j = judge(res["results"], audit.cfg.rm_min_pearson_lower, audit.cfg.crowd_max_share_above_1)
     thr = {"flag_accuracy_ge": 0.9, "false_flags_clean_batch_eq": 0}

@@ -1,9 +1,9 @@
-"""Claim 5 for the audit's own candidate: the policy the audit trains (audit/train.py: RL from the reference
+"""Claim 5 for the audit's own candidate: the policy the audit trains (audit/task/train.py: RL from the reference
 against the posterior-expected recovered rubric) passes the same release rule as every task run. Its
 gold-vs-proxy curve along training (RM proxy and estimated true quality) goes into the evidence."""
 import pytest
 
-from audit.session import OWN
+from audit.task.session import OWN
 from rlhf.vocab import FAMILIES
 
 

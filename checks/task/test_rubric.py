@@ -2,7 +2,7 @@
 and it predicts held-out gold."""
 import pytest
 
-from audit.recovery import summary
+from audit.task.recovery import summary
 
 
 @pytest.mark.claim("rubric.predicts_heldout_gold")

@@ -2,7 +2,7 @@
 uncertainty); does each run pass the release rule?"""
 import pytest
 
-from audit.task import proxy_curve
+from audit.task.task_dir import proxy_curve
 from rlhf.vocab import FAMILIES
 
 

@@ -3,8 +3,8 @@ by how much, with a CI that includes the rubric's uncertainty; which families im
 import pytest
 import torch
 
-from audit.quality import intervals
-from audit.session import OWN
+from audit.task.quality import intervals
+from audit.task.session import OWN
 from rlhf.dev_eval import dev_eval
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES

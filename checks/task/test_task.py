@@ -1,7 +1,7 @@
 """Claim 1: the task is well-formed (files, shapes, vocabulary, label ranges)."""
 import pytest
 
-from audit.task import load_task
+from audit.task.task_dir import load_task
 
 
 @pytest.mark.claim("task.well_formed")

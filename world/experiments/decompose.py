@@ -1,4 +1,4 @@
-"""python -m world.decompose WORLD [--rm-seeds 1,2] [--json OUT]: where SPEC §2's "RM vs expert Pearson, all
+"""python -m world.experiments.decompose WORLD [--rm-seeds 1,2] [--json OUT]: where SPEC §2's "RM vs expert Pearson, all
 gold rows" comes from in a built world, and how much of it is the draw.
 
 1. The pooled Pearson r = cov(s, y) / (sd_s sd_y) over the gold rows, split exactly into one term per family:
@@ -29,12 +29,12 @@ from rlhf.reward_model import load_rm
 from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import CONTENT0, FAMILIES
 
-from .calibrate import pearson, rm_agreement, rm_scores
-from .config import Corruption, load_world_config
-from audit.corruption import count_row_mask, policy_favourites, wrong_lut
+from ..calibrate import pearson, rm_agreement, rm_scores
+from ..config import Corruption, load_world_config
+from audit.task.corruption import count_row_mask, policy_favourites, wrong_lut
 from rlhf.atomic import check_out_file
 from rlhf.cli import Parser, seed_list
-from .truth import load_truth, match_fraction, require_built_world
+from ..truth import load_truth, match_fraction, require_built_world
 
 REPLACED_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -148,7 +148,7 @@ def render(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m world.decompose", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.decompose", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("world", type=Path)
     ap.add_argument("--rm-seeds", type=seed_list, default=[],
@@ -166,4 +166,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, "python -m world.decompose"))
+    sys.exit(run_cli(main, "python -m world.experiments.decompose"))

@@ -1,4 +1,4 @@
-"""python -m world.diagnosis_bench WORLD [WORLD ...]: the gold-free diagnostic over the world zoo.
+"""python -m world.experiments.diagnosis_bench WORLD [WORLD ...]: the gold-free diagnostic over the world zoo.
 
 For every world: RMS annotation batches drawn from the bench seed (the first clean, the rest one or two corrupted
 families each: count rows at random or keyed on a prompt attribute, uniform rescales, replaced shares from mild
@@ -14,9 +14,9 @@ the worlds and the cache by path: every node needs them at the same paths, i.e. 
 hazard gains are cached on disk under each world (bench_cache/), keyed by batch spec and RM hash, so re-running
 after a change to the diagnostic only re-runs the diagnostic.
 
-    python -m world.diagnosis_bench worlds/canonical /work/worlds/full-lut ... --rms 8 --out bench.json
-    python -m world.diagnosis_bench WORLD --quick       # tiny settings, for tests
-    python -m world.diagnosis_bench WORLD --regime uniform --cache-dir DIR   # the uniform-token regime, caches in DIR
+    python -m world.experiments.diagnosis_bench worlds/canonical /work/worlds/full-lut ... --rms 8 --out bench.json
+    python -m world.experiments.diagnosis_bench WORLD --quick       # tiny settings, for tests
+    python -m world.experiments.diagnosis_bench WORLD --regime uniform --cache-dir DIR   # the uniform-token regime, caches in DIR
 
 --regime picks how batches are corrupted: "mixed" (default: everything above) or "uniform", the regime of a
 held-out generator the diagnostic did worst on (issue 18): wrong rubrics whose replaced entries are *uniformly*
@@ -38,16 +38,16 @@ from pathlib import Path
 
 import numpy as np
 
-from audit.stats import auroc
+from audit.core.stats import auroc
 from rlhf.atomic import atomic_write_text, check_out_file
 from rlhf.data import write_json
 from rlhf.errors import run_cli
 from rlhf.vocab import FAMILIES
 
 from rlhf.cli import Parser, positive_float, positive_int, seed_arg
-from .config import Corruption
-from .hazard import hazard_labels
-from .truth import require_built_world
+from ..config import Corruption
+from ..hazard import hazard_labels
+from ..truth import require_built_world
 
 
 @dataclasses.dataclass
@@ -128,7 +128,7 @@ def _spec_key(world: Path, spec: dict, i: int, cfg: BenchConfig) -> str:
 # ------------------------------------------------------------------------------------------- the Ray tasks
 def _train_rm(world: str, spec: dict, i: int, cfg: BenchConfig, out: str) -> str:
     from rlhf.common import setup_torch
-    from .crowd import draw_crowd_batch, retrain_rm
+    from ..crowd import draw_crowd_batch, retrain_rm
     setup_torch(1)
     d = Path(out)
     if not (d / "rm.safetensors").exists():
@@ -148,7 +148,7 @@ def cache_root(world, cfg: BenchConfig) -> Path:
 
 def _gain(world: str, rm_dir: str | None, cfg: BenchConfig, alt: bool = False) -> dict:
     from rlhf.common import setup_torch
-    from .hazard import rl_gain, strong_recipe
+    from ..hazard import rl_gain, strong_recipe
     setup_torch(1)
     recipe = strong_recipe(Path(world) / "task", cfg.steps, cfg.batch_prompts, cfg.samples_per_prompt)
     if alt:
@@ -161,8 +161,8 @@ def _diagnose(world: str, rm_dir: str, cfg: BenchConfig) -> dict:
     """The diagnostic's CLI on one RM, as users call it (its wall time is the s/RM figure). Cached beside the RM
     dir, one file per RM, configuration and diagnostic code: a re-run with other --alt-label or more worlds
     does not redo it, and reports the wall time measured when it ran."""
-    from audit.session import code_hash
-    from .hazard import rm_sha256
+    from audit.task.session import code_hash
+    from ..hazard import rm_sha256
     key = hashlib.sha256(json.dumps([rm_sha256(rm_dir), cfg.seed, *cfg.diagnostic_args, code_hash()]).encode())
     out = Path(rm_dir).parent / "diagnostics" / f"{Path(rm_dir).name}-{key.hexdigest()[:12]}.json"
     if out.exists():
@@ -300,7 +300,7 @@ def table(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.diagnosis_bench", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.diagnosis_bench", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("worlds", nargs="+")
     ap.add_argument("--rms", type=positive_int, default=None, help="RMs per world (default 8; quick 2)")
@@ -327,7 +327,7 @@ def main(argv=None) -> int:
         require_built_world(w)
     check_out_file(a.out, "the --out file")
     if a.address not in (None, "local"):
-        from audit.stress_ray import check_reachable
+        from audit.task.stress_ray import check_reachable
         try:
             check_reachable(a.address)   # Ray itself retries an unreachable address for minutes, silently
         except RuntimeError as e:
@@ -355,4 +355,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, "python -m world.diagnosis_bench"))
+    sys.exit(run_cli(main, "python -m world.experiments.diagnosis_bench"))

@@ -1,7 +1,7 @@
 """Where the gold-free diagnostic's noise comes from, on one RM: its eval sample, its stand-in rubric's draw, or its
 RL runs' seed (docs/results.md, "Where one risk's noise comes from").
 
-python -m world.diagnostic_noise --task TASK --rm-dir DIR [--seeds 0,1,2 --eval-draws 4 --eval-prompts 600,4800]
+python -m world.experiments.diagnostic_noise --task TASK --rm-dir DIR [--seeds 0,1,2 --eval-draws 4 --eval-prompts 600,4800]
 
 For seeds s0, s1, ...: the diagnostic's two runs with the stand-in of seed s0 and RL seed s (the RL seed's spread),
 and with the stand-in of seed s and RL seed s0 (the stand-in's spread); on (s0, s0), each family's stand-in quality
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from audit import diagnostic as D
-from audit.recovery import uniform_prompts
+from audit.task import diagnostic as D
+from audit.task.recovery import uniform_prompts
 from rlhf.common import setup_torch
 from rlhf.data import read_jsonl, write_json
 from rlhf.errors import run_cli
@@ -40,7 +40,7 @@ def kept(prep, pol_rm, pol_rub, cfg, eval_prompts=None) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.diagnostic_noise", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.diagnostic_noise", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--task", required=True, help="a task dir (policy/, data/prompts_train.jsonl)")
     ap.add_argument("--rm-dir", required=True, help="the RM (rm.safetensors, config.json, train.jsonl)")
@@ -109,4 +109,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, "python -m world.diagnostic_noise"))
+    sys.exit(run_cli(main, "python -m world.experiments.diagnostic_noise"))

@@ -1,4 +1,4 @@
-"""python -m world.fidelity WORLD [--seed 7]: what the fast RM preset of world.crowd.retrain_rm (10 epochs)
+"""python -m world.experiments.fidelity WORLD [--seed 7]: what the fast RM preset of world.crowd.retrain_rm (10 epochs)
 costs against the full one (the build's 80 epochs), on one corrupted crowd batch drawn from WORLD (dune with the canonical
 corruption, birch with the stress kind). Prints JSON: per-family Pearson of each RM with the expert labels on
 the world's gold rows, in-sample fit on the batch, training time, and the agreement of the two RMs' scores.
@@ -17,11 +17,11 @@ from rlhf.errors import run_cli
 from rlhf.reward_model import load_rm
 from rlhf.vocab import FAMILIES
 
-from .calibrate import pearson, rm_scores
+from ..calibrate import pearson, rm_scores
 from rlhf.cli import Parser, seed_arg
-from .config import Corruption, preset
-from .crowd import draw_crowd_batch, retrain_rm
-from .truth import require_built_world
+from ..config import Corruption, preset
+from ..crowd import draw_crowd_batch, retrain_rm
+from ..truth import require_built_world
 
 
 def _pearson(x, y) -> float:
@@ -56,7 +56,7 @@ def fidelity(world: Path, seed: int = 7, full_epochs: int | None = None) -> dict
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m world.fidelity", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.fidelity", description=__doc__.splitlines()[0])
     ap.add_argument("world", type=Path)
     ap.add_argument("--seed", type=seed_arg, default=7, help="seed of the crowd batch")
     a = ap.parse_args(argv)
@@ -66,4 +66,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, "python -m world.fidelity"))
+    sys.exit(run_cli(main, "python -m world.experiments.fidelity"))

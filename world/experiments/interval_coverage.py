@@ -1,4 +1,4 @@
-"""python -m world.interval_coverage --out DIR [--reps 2000] [--seed 0] [--quick]: do the samples door's 95%
+"""python -m world.experiments.interval_coverage --out DIR [--reps 2000] [--seed 0] [--quick]: do the samples door's 95%
 intervals cover at the stated rate where release decisions are made -- small gold budgets, true values near 0 and
 1, labels that take few values? Measured on a grid, against the normal (PPI++ with Student's t) intervals the door
 used before (docs/intervals.md has the figures and the command that made them).
@@ -7,7 +7,7 @@ Grid: label kind (binary; three-valued {0, 0.5, 1}; continuous, U^a or 1 - U^a w
 mean (0, 0.001 ... 0.999, 1) x gold rows per cell n (10, 25, 50, 100) x unlabelled rows per cell N (100, 10,000)
 x proxy-label correlation rho (0, 0.4, 0.8, 0.95; the proxy is rho * the standardised label + noise, on another
 scale). Per grid point, `--reps` replicates of six independent cells with that mean, each run through exactly the
-audit's code (audit.bounded.ppi_cells, replicates batched), and of the same cells through today's intervals:
+audit's code (audit.core.bounded.ppi_cells, replicates batched), and of the same cells through today's intervals:
 
   cell            every cell's interval (6 x reps intervals) against the true mean
   balanced        the mean of the six cells (a balanced quality), truth = the mean
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from audit import bounded
+from audit.core import bounded
 from rlhf.cli import Parser, positive_int, seed_arg
 from rlhf.errors import InputError, run_cli
 
@@ -90,7 +90,7 @@ def proxy(y, kind, mu, rho, rng) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ today's interval (before)
 def today_cell(y, f, fu):
-    """PPI++ (power-tuned lam, normal interval, audit.ppi) with the t_{n-1}/z factor, and the gold-only interval
+    """PPI++ (power-tuned lam, normal interval, audit.core.ppi) with the t_{n-1}/z factor, and the gold-only interval
     the same way: (estimate, se) pairs per replicate, se already multiplied by the factor."""
     n, N = y.shape[-1], fu.shape[-1]
     k = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) / stats.norm.ppf(0.5 + CONFIDENCE / 2)
@@ -230,7 +230,7 @@ def markdown(summary: dict, rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.interval_coverage", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.interval_coverage", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="directory: grid.jsonl (one line a grid point), summary.json/.md")
     ap.add_argument("--reps", type=positive_int, default=2000, help="replicates per grid point (default 2000)")
     ap.add_argument("--seed", type=seed_arg, default=0)
@@ -294,4 +294,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_cli(main, "python -m world.interval_coverage"))
+    raise SystemExit(run_cli(main, "python -m world.experiments.interval_coverage"))

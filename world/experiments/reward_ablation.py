@@ -1,7 +1,7 @@
-"""python -m world.reward_ablation WORLD [--rewards rubric,rm,hybrid] [--rm-families anvil,birch] [--seed 0]
+"""python -m world.experiments.reward_ablation WORLD [--rewards rubric,rm,hybrid] [--rm-families anvil,birch] [--seed 0]
 
 What the audit's own policy would ship under other rewards (docs/results.md, the design argument of
-audit/train.py). Same recipe as `make certify`'s own training (audit.train.OwnTrainConfig), from the task's
+audit/task/train.py). Same recipe as `make certify`'s own training (audit.task.train.OwnTrainConfig), from the task's
 reference, every family; only the reward differs:
 
   rubric   the posterior-expected rubric score (what make certify trains on)
@@ -30,13 +30,13 @@ from rlhf.vocab import FAMILIES
 
 from rlhf.atomic import check_out_file
 from rlhf.cli import Parser, positive_int, seed_arg
-from .truth import load_truth, require_built_world, true_quality
+from ..truth import load_truth, require_built_world, true_quality
 
 REWARDS = ("rubric", "rm", "hybrid")
 
 
 def reward_fn(kind: str, tables, rm, rm_families: set):
-    from audit.train import table_reward
+    from audit.task.train import table_reward
     rubric = table_reward(tables)
     if kind == "rubric":
         return rubric
@@ -52,9 +52,9 @@ def reward_fn(kind: str, tables, rm, rm_families: set):
 
 def reward_inputs(world: Path, seed: int):
     """What every reward kind is built from, computed once: the posterior-expected rubric tables and the RM."""
-    from audit.recovery import RecoveryConfig, recover_rubrics
-    from audit.task import load_task
-    from audit.train import reward_tables
+    from audit.task.recovery import RecoveryConfig, recover_rubrics
+    from audit.task.task_dir import load_task
+    from audit.task.train import reward_tables
 
     task = load_task(world / "task")
     rubrics = recover_rubrics(task, task.load_policy(), RecoveryConfig(seed=seed))
@@ -62,7 +62,7 @@ def reward_inputs(world: Path, seed: int):
 
 
 def run(world: Path, kind: str, tables, rm, rm_families: set, seed: int, n_eval: int) -> dict:
-    from audit.train import OwnTrainConfig, rl_config
+    from audit.task.train import OwnTrainConfig, rl_config
 
     cfg = OwnTrainConfig(seed=seed)
     t = time.time()
@@ -78,7 +78,7 @@ def run(world: Path, kind: str, tables, rm, rm_families: set, seed: int, n_eval:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.reward_ablation", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.reward_ablation", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("world")
     ap.add_argument("--rewards", default=",".join(REWARDS))
@@ -108,4 +108,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, "python -m world.reward_ablation"))
+    sys.exit(run_cli(main, "python -m world.experiments.reward_ablation"))

@@ -1,8 +1,8 @@
-"""python -m world.samples_coverage WORLD [WORLD ...] --out JSON: the samples front door judged against the oracle.
+"""python -m world.experiments.samples_coverage WORLD [WORLD ...] --out JSON: the samples front door judged against the oracle.
 
 Each world's runs are exported as a samples table (world.export_samples: every run's samples scored by the task's
 RM, a random gold subset labelled by the world's experts with their noise), audited by the same code the door's
-claims use (audit.samples_audit), and compared with the exact true quality (oracle rubric, Monte Carlo on
+claims use (audit.samples.estimates), and compared with the exact true quality (oracle rubric, Monte Carlo on
 `--truth-samples` fresh samples a family, kept apart from the table):
 
   coverage      share of 95% PPI++ intervals that cover the truth: per run x family, per run (balanced), per run
@@ -23,16 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-from audit.samples_audit import SamplesAudit, SamplesConfig
-from audit.samples_table import DesignConfig, load
+from audit.samples.estimates import SamplesAudit, SamplesConfig
+from audit.samples.table import DesignConfig, load
 from rlhf.data import read_json_object, write_json
 from rlhf.errors import InputError, run_cli
 
 from rlhf.atomic import check_out_file
 from rlhf.cli import Parser, count_list, positive_int, seed_list
-from .export_samples import check_export, export
-from .grade import exact_rule
-from .truth import require_built_world
+from ..export_samples import check_export, export
+from ..grade import exact_rule
+from ..truth import require_built_world
 
 
 def _within(ci, v) -> bool:
@@ -134,7 +134,7 @@ def markdown(per_budget: dict, summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.samples_coverage", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.samples_coverage", description=__doc__.splitlines()[0])
     ap.add_argument("worlds", nargs="+")
     ap.add_argument("--samples", type=positive_int, default=1000, help="samples per run x family")
     ap.add_argument("--gold", type=count_list, default=[100, 50, 25],
@@ -192,4 +192,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_cli(main, "python -m world.samples_coverage"))
+    raise SystemExit(run_cli(main, "python -m world.experiments.samples_coverage"))

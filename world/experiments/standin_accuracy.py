@@ -1,9 +1,9 @@
 """How right the gold-free diagnostic's stand-in rubrics are, against a built world's hidden rubric (the oracle).
 
-python -m world.standin_accuracy --world WORLD --rm-dirs DIR[,DIR...] [--seeds 0,1,2 --diagnostic-arg=--prior-counts
+python -m world.experiments.standin_accuracy --world WORLD --rm-dirs DIR[,DIR...] [--seeds 0,1,2 --diagnostic-arg=--prior-counts
                                  --diagnostic-arg=soft --out JSON]
 
-The diagnostic's risk is measured on a stand-in rubric (audit.diagnostic.proxy_rubric: each position's key from the
+The diagnostic's risk is measured on a stand-in rubric (audit.task.diagnostic.proxy_rubric: each position's key from the
 RM's own QA labels, each LUT entry the token the reference associates most with that key value). Where the stand-in
 wants another token than the expert rubric, the run against the stand-in gains on entries the RM run cannot gain on,
 so a wrong stand-in leans the risk upwards. Per RM and family this prints:
@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from audit.agreement import RUBRIC_MAX
-from audit.diagnostic import DiagnosticConfig, add_config_args, config_from_args, proxy_rubric, stand_in_prior
-from audit.recovery import uniform_prompts
-from audit.rubric import fit_rubric
+from audit.task.agreement import RUBRIC_MAX
+from audit.task.diagnostic import DiagnosticConfig, add_config_args, config_from_args, proxy_rubric, stand_in_prior
+from audit.task.recovery import uniform_prompts
+from audit.task.rubric import fit_rubric
 from rlhf.common import setup_torch
 from rlhf.data import DataError, prompts_tensor, read_jsonl, write_json
 from rlhf.errors import run_cli
@@ -37,7 +37,7 @@ from rlhf.vocab import CONTENT0
 
 from rlhf.atomic import check_out_file
 from rlhf.cli import Parser, seed_list
-from .truth import load_truth, require_built_world, rubric_tokens
+from ..truth import load_truth, require_built_world, rubric_tokens
 
 
 def token_accuracy(assign, lut, true_assign, true_lut, attrs: np.ndarray) -> float:
@@ -47,7 +47,7 @@ def token_accuracy(assign, lut, true_assign, true_lut, attrs: np.ndarray) -> flo
 
 
 def rm_keys(rm, prior: tuple) -> np.ndarray:
-    """Keys fitted to the RM's scores on the stand-in's own prior samples (prior: audit.diagnostic.stand_in_prior,
+    """Keys fitted to the RM's scores on the stand-in's own prior samples (prior: audit.task.diagnostic.stand_in_prior,
     the draw and association prior proxy_rubric reads)."""
     records, A, R, assoc, _ = prior
     y = score(rm, prompts_tensor(records), torch.from_numpy(np.ascontiguousarray(R)) + CONTENT0).numpy()
@@ -87,7 +87,7 @@ def measure(world: Path, rm_dirs: list, cfg: DiagnosticConfig, seeds: list, eval
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.standin_accuracy", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.standin_accuracy", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--world", required=True, help="a built world (task/ and oracle/)")
     ap.add_argument("--rm-dirs", required=True, help="comma-separated RM dirs (rm.safetensors, config.json, train.jsonl)")
@@ -127,4 +127,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_cli(main, "python -m world.standin_accuracy"))
+    raise SystemExit(run_cli(main, "python -m world.experiments.standin_accuracy"))

@@ -1,14 +1,14 @@
 """The stress claim's hazard labels against SPEC §3's own, on a built world (it reads the oracle: world/, not audit/).
 
-python -m world.stress_labels --world WORLD --stress-dir OUT/.cache/<key>/stress [--seed 0 --steps 1500
+python -m world.experiments.stress_labels --world WORLD --stress-dir OUT/.cache/<key>/stress [--seed 0 --steps 1500
                               --n-eval 3000 --jobs 2 --cache-dir DIR --out JSON]
 
-`diagnostic.flags_synthetic_corruption` (audit.stress) labels each (batch, family) of its stress stage without gold or
+`diagnostic.flags_synthetic_corruption` (audit.task.stress) labels each (batch, family) of its stress stage without gold or
 oracle: a short run (StressConfig: 250 steps at lr 1e-3) against the batch's RM and one against the rubric the
 audit recovered, both scored with the recovered rubric's posterior. SPEC §3's rule is 1,500 steps at lr 3e-4, scored
 with the true rubric.
 This runs SPEC's recipe (world.hazard.strong_recipe) on every RM a certify run's stress stage cached, and once against
-the true rubric, labels each pair by the one rule (audit.hazard.hazard_labels), and reports how many of the claim's
+the true rubric, labels each pair by the one rule (audit.core.hazard.hazard_labels), and reports how many of the claim's
 labels agree and the diagnostic's flag accuracy against both sets of labels. The 1,500-step gains are cached
 (world.hazard.rl_gain) under --cache-dir; one run per worker process, one thread each.
 """
@@ -21,15 +21,15 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from audit.hazard import hazard_labels
+from audit.core.hazard import hazard_labels
 from rlhf.data import read_json_object, write_json
 from rlhf.errors import InputError, run_cli
 from rlhf.vocab import FAMILIES
 
-from .hazard import _worker, strong_recipe
+from ..hazard import _worker, strong_recipe
 from rlhf.atomic import check_out_file
 from rlhf.cli import Parser, positive_int, seed_arg
-from .truth import require_built_world
+from ..truth import require_built_world
 
 
 def stress_results(stress_dir: Path) -> dict:
@@ -70,7 +70,7 @@ def compare_labels(results: dict, oracle_gains: dict, rubric_gain: dict) -> dict
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.stress_labels", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.stress_labels", description=__doc__.splitlines()[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--world", required=True, help="the built world (task/ and oracle/) the certify run audited")
     ap.add_argument("--stress-dir", required=True, help="OUT/.cache/<key>/stress of that certify run")
@@ -118,4 +118,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main, "python -m world.stress_labels"))
+    sys.exit(run_cli(main, "python -m world.experiments.stress_labels"))

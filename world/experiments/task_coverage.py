@@ -1,4 +1,4 @@
-"""python -m world.task_coverage WORLD [WORLD ...] --out DIR [--gold 25] [--seeds 0]: the task door's quality
+"""python -m world.experiments.task_coverage WORLD [WORLD ...] --out DIR [--gold 25] [--seeds 0]: the task door's quality
 intervals against the oracle at a reduced gold budget (SPEC §3 "less gold": the estimate must widen honestly).
 
 Per world and seed: a copy of WORLD/task (links to the world's files) whose data/gold_calib.jsonl keeps a simple
@@ -32,9 +32,9 @@ from rlhf.errors import InputError, run_cli
 from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
-from .config import RUNS, load_world_config
-from .grade import exact_rule, grade
-from .truth import load_truth, require_built_world, true_quality
+from ..config import RUNS, load_world_config
+from ..grade import exact_rule, grade
+from ..truth import load_truth, require_built_world, true_quality
 
 
 def reduced_task(world: Path, dest: Path, gold: int, seed: int) -> Path:
@@ -137,7 +137,7 @@ def markdown(rows: list[dict], s: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.task_coverage", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.task_coverage", description=__doc__.splitlines()[0])
     ap.add_argument("worlds", nargs="+", help="built worlds (python -m world build)")
     ap.add_argument("--out", required=True, help="directory: tasks/, certify outputs, task_coverage.json")
     ap.add_argument("--gold", type=positive_int, default=25, help="gold rows per family kept (default 25)")
@@ -173,4 +173,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_cli(main, "python -m world.task_coverage"))
+    raise SystemExit(run_cli(main, "python -m world.experiments.task_coverage"))
