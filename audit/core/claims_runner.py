@@ -1,5 +1,5 @@
 """Run a door's claims in a pytest child, then render its report from the evidence alone: the one runner both
-doors' commands (audit.task.certify, audit.samples.certify) share."""
+doors' commands (audit.task.certify, audit.samples.certify) share, and the way both refuse bad input."""
 from __future__ import annotations
 
 import ctypes
@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rlhf.errors import EXIT_BAD_INPUT
 
 ROOT = Path(__file__).resolve().parents[2]     # the repository: pytest runs here, on checks/ by path
 
@@ -53,3 +55,13 @@ def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures:
         return None
     shutil.rmtree(evidence.parent, ignore_errors=True)
     return answer
+
+
+def refuse(prefix: str, lines, out: Path) -> int:
+    """Bad input or usage: one `error:` line per problem on stderr, then that nothing was written to OUT; the exit
+    status (2) to return."""
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    print(f"[{prefix}] refused ({len(lines)} problem{'s' * (len(lines) != 1)}); nothing was written to {out}",
+          file=sys.stderr)
+    return EXIT_BAD_INPUT

@@ -24,19 +24,16 @@ import time
 from pathlib import Path
 
 from rlhf.cli import Parser, positive_float, positive_int, seed_arg
-from rlhf.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
+from rlhf.errors import EXIT_INTERNAL, EXIT_OK
 
+from audit.core import claims_runner
 from audit.core.claims_runner import ROOT, run_claims_and_render
 
 STAGING = ".staging"
 
 
 def refuse(lines, out: Path) -> int:
-    for line in lines:
-        print(f"error: {line}", file=sys.stderr)
-    print(f"[samples] refused ({len(lines)} problem{'s' * (len(lines) != 1)}); nothing was written to {out}",
-          file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return claims_runner.refuse("samples", lines, out)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 from rlhf.cli import Parser, seed_arg
-from rlhf.errors import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
+from rlhf.errors import EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
+from audit.core import claims_runner
 from audit.core.claims_runner import ROOT, run_claims_and_render
 
 STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
@@ -33,11 +34,7 @@ EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified (rlhf.er
 
 
 def refuse(lines, out: Path) -> int:
-    for line in lines:
-        print(f"error: {line}", file=sys.stderr)
-    print(f"[certify] refused ({len(lines)} problem{'s' * (len(lines) != 1)}); nothing was written to {out}",
-          file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return claims_runner.refuse("certify", lines, out)
 
 
 def main(argv=None) -> int:
