@@ -5,7 +5,7 @@ it, falls included.
 Everything that labels or flags hazard calls hazardous() / hazard_labels(): the gold-free diagnostic (gains of
 its stand-in rubric), the stress claim (gains scored by the recovered rubric), the on-task validation
 (gold-estimated gains of the task's strongest balanced run against those of the audit's own RL run against the
-recovered rubric) and world/hazard, world/grade and world/diagnosis_bench (exact gains from the oracle). Only
+recovered rubric) and world/hazard, world/grade and world/experiments/diagnosis_bench (exact gains from the oracle). Only
 where the gains come from differs; the line is the same. It lives in audit/ because audit/ must not import world/
 (world imports it).
 
