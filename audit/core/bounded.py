@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 DRAWS = 10000
+DRAW_DTYPE = np.float32  # the Monte-Carlo draws: their noise (1e-3) dwarfs float32 rounding (1e-7); half the memory
 MAX_EXACT = 512          # samples above this many values: the Dirichlet mean's normal shape (see draw)
 SELECT_DRAWS = 500      # draws on which lam is chosen
 LAMBDAS = np.linspace(0.0, 1.0, 11)
@@ -99,29 +100,31 @@ class Sample:
     @property
     def low(self) -> np.ndarray:
         """T with the pseudo-observation at the lower end (the statistic of a lower bound)."""
-        return self.rest - self.d0 * (self.rest - self.lo[..., None])
+        return self.rest - self.d0 * (self.rest - self.lo[..., None].astype(DRAW_DTYPE))
 
     @property
     def high(self) -> np.ndarray:
-        return self.rest + self.d0 * (self.hi[..., None] - self.rest)
+        return self.rest + self.d0 * (self.hi[..., None].astype(DRAW_DTYPE) - self.rest)
 
     def scaled(self, c) -> "Sample":
         """The sample of c * x for c >= 0 (per batch row)."""
         c = np.asarray(c, float)
         if np.any(c < 0):
             raise ValueError("scaled: c must be >= 0 (give the term a negative weight instead)")
-        return Sample(self.mean * c, self.lo * c, self.hi * c, self.rest * c[..., None], self.d0, self.fixed)
+        return Sample(self.mean * c, self.lo * c, self.hi * c, self.rest * c[..., None].astype(DRAW_DTYPE), self.d0,
+                      self.fixed)
 
 
 def _beta1n(rng: np.random.Generator, n: int, draws: int) -> np.ndarray:
     """D_0 ~ Beta(1, n) on a stratified grid of its quantiles, in random order."""
     u = (rng.permutation(draws) + 0.5) / draws
-    return -np.expm1(np.log1p(-u) / n)          # 1 - (1 - u)^(1/n)
+    return (-np.expm1(np.log1p(-u) / n)).astype(DRAW_DTYPE)          # 1 - (1 - u)^(1/n)
 
 
 def draw(values, lo, hi, rng: np.random.Generator, draws: int = DRAWS) -> Sample:
     """The Gaffke statistic's draws for `values` (shape (batch..., n), every value in [lo, hi])."""
-    x = np.asarray(values, dtype=float)        # no sorting needed: the Dirichlet weights are exchangeable
+    x = np.asarray(values)                     # no sorting needed: the Dirichlet weights are exchangeable
+    x = x if np.issubdtype(x.dtype, np.floating) else x.astype(float)
     lo = np.broadcast_to(np.asarray(lo, float), x.shape[:-1]).copy()
     hi = np.broadcast_to(np.asarray(hi, float), x.shape[:-1]).copy()
     n = x.shape[-1]
@@ -136,24 +139,27 @@ def draw(values, lo, hi, rng: np.random.Generator, draws: int = DRAWS) -> Sample
     if np.any(x_min < lo - tol) or np.any(x_max > hi + tol):
         raise ValueError(f"draw: values reach [{x_min.min():.6g}, {x_max.max():.6g}], outside the stated "
                          f"range [{lo.min():g}, {hi.max():g}]")
-    x = np.clip(x, lo[..., None], hi[..., None])
     if n <= MAX_EXACT:
-        g = rng.standard_exponential((draws, n))
-        rest = (x @ g.T) / g.sum(1)
+        x = np.clip(x, lo[..., None], hi[..., None])
+        g = rng.standard_exponential((draws, n), dtype=DRAW_DTYPE)
+        rest = (x.astype(DRAW_DTYPE) @ g.T) / g.sum(1)
+        mean = x.mean(-1)
     else:
         # the Dirichlet(1, ..., 1) mean of many values: its exact mean and variance (the population variance over
         # n + 1), normal in shape -- its skewness is that of x over sqrt(n), negligible here and beside the gold
         # term it is added to
-        sd = x.std(-1) / np.sqrt(n + 1)
-        rest = x.mean(-1)[..., None] + sd[..., None] * rng.standard_normal(draws)
-    return Sample(x.mean(-1), lo, hi, rest, _beta1n(rng, n, draws))
+        mean = np.clip(x.mean(-1, dtype=float), lo, hi)
+        sd = x.std(-1, dtype=float) / np.sqrt(n + 1)
+        rest = (mean[..., None] + sd[..., None] * rng.standard_normal(draws)).astype(DRAW_DTYPE)
+    return Sample(mean, lo, hi, rest, _beta1n(rng, n, draws))
 
 
 def fixed(lo, hi, shape=(), draws: int = DRAWS) -> Sample:
     """A part known only to lie in [lo, hi] (worst case both ways), reported at its midpoint."""
     lo, hi = np.broadcast_to(np.asarray(lo, float), shape).copy(), np.broadcast_to(np.asarray(hi, float), shape).copy()
     mid = (lo + hi) / 2
-    return Sample(mid, lo, hi, np.repeat(mid[..., None], draws, -1), np.zeros(draws), fixed=True)
+    return Sample(mid, lo, hi, np.repeat(mid[..., None], draws, -1).astype(DRAW_DTYPE), np.zeros(draws, DRAW_DTYPE),
+                  fixed=True)
 
 
 def _rank(n_draws: int, confidence: float) -> int:
@@ -187,12 +193,13 @@ def statistics(terms) -> tuple:
         base = base + w * s.rest
         if not np.any(s.hi > s.lo):
             continue                      # a constant part (e.g. lam = 0 times anything): it pulls nothing
-        lo_end, hi_end = s.lo[..., None], s.hi[..., None]
+        lo_end, hi_end = s.lo[..., None].astype(DRAW_DTYPE), s.hi[..., None].astype(DRAW_DTYPE)
         down, up = (s.rest - lo_end, hi_end - s.rest) if w > 0 else (hi_end - s.rest, s.rest - lo_end)
         wd = abs(w) * s.d0
         pull_lo = np.maximum(pull_lo, np.multiply(down, wd, out=down))
         pull_hi = np.maximum(pull_hi, np.multiply(up, wd, out=up))
-    fix_lo, fix_hi = np.asarray(fix_lo)[..., None], np.asarray(fix_hi)[..., None]
+    fix_lo = np.asarray(fix_lo, dtype=DRAW_DTYPE)[..., None]
+    fix_hi = np.asarray(fix_hi, dtype=DRAW_DTYPE)[..., None]
     return base - pull_lo + fix_lo, base + pull_hi + fix_hi
 
 
@@ -205,7 +212,7 @@ def interval(terms, confidence: float = 0.95) -> dict:
         raise ValueError("interval: no terms")
     est = sum(w * s.mean for w, s in terms)
     low, high = statistics(terms)
-    lo_b, hi_b = lower_bound(low, confidence), upper_bound(high, confidence)
+    lo_b, hi_b = lower_bound(low, confidence).astype(float), upper_bound(high, confidence).astype(float)
     # what the sum can be at all, summed in extended precision: six weights of 1/6 times 1 must give 1.0
     ld = np.longdouble
     r_lo = np.sum([ld(w) * (s.lo if w > 0 else s.hi) for w, s in terms], axis=0)
@@ -213,9 +220,9 @@ def interval(terms, confidence: float = 0.95) -> dict:
     r_lo, r_hi = r_lo.astype(float), r_hi.astype(float)
     # the draws put each bound on its side of the estimate; Monte-Carlo error must not carry it across
     lo_b, hi_b = np.minimum(lo_b, est), np.maximum(hi_b, est)
-    # floating-point sums of draws must not exclude a range end the interval reaches: round outwards by a margin far
-    # below any reported digit, within what the sum can be
-    eps = 1e-12 * np.maximum(np.abs(r_hi - r_lo), 1.0)
+    # rounding in the draws' sums (float32) must not exclude a range end the interval reaches: round outwards by a
+    # margin far below any reported digit, within what the sum can be
+    eps = 1e-6 * np.maximum(np.abs(r_hi - r_lo), 1.0)
     lo_b, hi_b = np.maximum(lo_b - eps, r_lo), np.minimum(hi_b + eps, r_hi)
     if np.ndim(est) == 0:
         return {"estimate": float(est), "ci95": [float(lo_b), float(hi_b)], "confidence": confidence}
@@ -270,14 +277,14 @@ def _paired_draws(x, z, rng: np.random.Generator, draws: int):
     More than MAX_EXACT rows are put in random groups (a group mean carries a Gamma(size) weight)."""
     n = x.shape[-1]
     if n <= MAX_EXACT:
-        g = rng.standard_exponential((draws, n))
-        xg, zg = x, z
+        g = rng.standard_exponential((draws, n), dtype=DRAW_DTYPE)
+        xg, zg = x.astype(DRAW_DTYPE), z.astype(DRAW_DTYPE)
     else:
         grp = rng.permutation(n) % MAX_EXACT
         sizes = np.bincount(grp, minlength=MAX_EXACT).astype(float)
         onehot = (grp[:, None] == np.arange(MAX_EXACT)[None, :]) / sizes
-        xg, zg = x @ onehot, z @ onehot
-        g = rng.standard_gamma(sizes, size=(draws, MAX_EXACT))
+        xg, zg = (x @ onehot).astype(DRAW_DTYPE), (z @ onehot).astype(DRAW_DTYPE)
+        g = rng.standard_gamma(sizes, size=(draws, MAX_EXACT)).astype(DRAW_DTYPE)
     s = g.sum(1)
     return _beta1n(rng, n, draws), (xg @ g.T) / s, (zg @ g.T) / s
 
@@ -289,7 +296,9 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
     One set of Dirichlet weights on the gold rows serves every lam (the rectifier's statistic is T_y - lam T_h),
     so the chosen lam's interval is never wider than the gold-only one, which is its lam = 0 case."""
     check_range(lo, hi)
-    y, f, f_u = (np.atleast_1d(np.asarray(v, float)) for v in (y, f, f_u))
+    y, f = (np.atleast_1d(np.asarray(v, float)) for v in (y, f))
+    f_u = np.atleast_1d(np.asarray(f_u))          # float32 unlabelled proxies stay float32 (the harness's millions)
+    f_u = f_u if np.issubdtype(f_u.dtype, np.floating) else f_u.astype(float)
     if y.shape != f.shape:
         raise ValueError(f"ppi_cells: labels of shape {y.shape} but proxy values of shape {f.shape} on them")
     if y.shape[-1] < 1:
@@ -319,11 +328,13 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
         """The statistic of y - lam h over the gold rows (its first k draws): it lies in [lo - lam h_hi,
         hi - lam h_lo]."""
         lam = np.asarray(lam, float)
+        lam32 = lam[..., None].astype(DRAW_DTYPE)
         return Sample((y - lam[..., None] * h).mean(-1), lo - lam * h_hi[..., 0], hi - lam * h_lo[..., 0],
-                      ry[..., :k] - lam[..., None] * rh[..., :k], d0[:k])
+                      ry[..., :k] - lam32 * rh[..., :k], d0[:k])
 
     def unlabelled(lam, k=None):
-        return Sample(lam * unl.mean, lam * unl.lo, lam * unl.hi, lam[..., None] * unl.rest[..., :k], unl.d0[:k])
+        return Sample(lam * unl.mean, lam * unl.lo, lam * unl.hi, lam[..., None].astype(DRAW_DTYPE) * unl.rest[..., :k],
+                      unl.d0[:k])
 
     # lam: the narrowest interval on the first SELECT_DRAWS draws (the width is smooth in lam; a few draws price it).
     # For one lam the two parts' statistic (see `statistics`) is, per draw,
@@ -331,10 +342,11 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
     #   T_hi = ry + lam (ru - rh) + max(d0 (hi - ry - lam (h_lo - rh)), lam d0u (h_hi - ru))
     k = min(SELECT_DRAWS, draws)
     d, y_, h_, u_, du = d0[:k], ry[..., :k], rh[..., :k], unl.rest[..., :k], unl.d0[:k]
+    hl, hh = h_lo.astype(DRAW_DTYPE), h_hi.astype(DRAW_DTYPE)
     slope = u_ - h_
-    pl_a, pl_b = d * (y_ - lo), d * (h_ - h_hi)          # rectifier pull, lower side: pl_a - lam * pl_b
-    ph_a, ph_b = d * (hi - y_), d * (h_lo - h_)          # upper side: ph_a - lam * ph_b
-    ul, uh = du * (u_ - h_lo), du * (h_hi - u_)          # unlabelled pull per unit of lam
+    pl_a, pl_b = d * (y_ - lo), d * (h_ - hh)            # rectifier pull, lower side: pl_a - lam * pl_b
+    ph_a, ph_b = d * (hi - y_), d * (hl - h_)            # upper side: ph_a - lam * ph_b
+    ul, uh = du * (u_ - hl), du * (hh - u_)              # unlabelled pull per unit of lam
     best_w, lam = np.full(batch, np.inf), np.zeros(batch)
     for lm in LAMBDAS:
         base = y_ + lm * slope

@@ -46,16 +46,14 @@ def _sampling_hw(terms, seed: int, key) -> tuple:
 
 
 def intervals(method: str, n_boot: int) -> dict:
-    """Which intervals the task door's quality figures use and why, for the report. (The text still names the
-    module audit.bounded, now audit.core.bounded: it is printed in answer.json and summary.md, which the move of
-    issue 32 leaves byte-identical.)"""
+    """Which intervals the task door's quality figures use and why, for the report."""
     rubric = ("the rubric's uncertainty: the policy's samples rescored under {b} posterior draws of the recovered "
               "rubric" if method == "posterior" else "the rubric's uncertainty: {b} rubric refits on resampled "
               "gold") + "; the larger side of their 95% spread, used both ways"
     return {"method": "recovered-rubric quality: rubric uncertainty combined in quadrature with the sampling error",
             "rubric": rubric.format(b=n_boot),
             "sampling": f"{bounded.METHOD} of the per-prompt scores (in [0, 1]; paired differences in [-1, 1]), "
-                        "balanced figures with one pseudo-observation for the sum (audit.bounded)",
+                        "balanced figures with one pseudo-observation for the sum (audit.core.bounded)",
             "confidence": 0.95,
             "why": "the gold labels fit the rubric that scores every policy, so the rubric's uncertainty dominates; "
                    "the sampling part is a finite-sample interval for a bounded score, so a policy whose every "

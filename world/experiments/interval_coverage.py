@@ -50,20 +50,20 @@ CONFIDENCE = 0.95
 
 # ------------------------------------------------------------------------------------------------ the world
 def labels(kind: str, mu: float, shape, rng) -> np.ndarray:
-    """Labels in [0, 1] with mean exactly mu."""
-    u = rng.random(shape)
+    """Labels in [0, 1] with mean exactly mu (float32: the harness's data are its largest cost, not its precision)."""
+    u = rng.random(shape, dtype=np.float32)
     if kind == "binary":
-        return (u < mu).astype(float)
+        return (u < mu).astype(np.float32)
     if kind == "three":
         p_half = min(0.4, 2 * mu, 2 * (1 - mu))
         p_one = mu - 0.5 * p_half
-        return np.where(u < p_one, 1.0, np.where(u < p_one + p_half, 0.5, 0.0))
+        return np.where(u < p_one, 1.0, np.where(u < p_one + p_half, 0.5, 0.0)).astype(np.float32)
     if kind == "continuous":     # E[U^a] = 1 / (a + 1): skewed towards the near end, mirrored above 1/2
         if mu <= 0.0 or mu >= 1.0:
-            return np.full(shape, float(mu))
+            return np.full(shape, mu, dtype=np.float32)
         if mu <= 0.5:
-            return u ** (1.0 / mu - 1.0)
-        return 1.0 - u ** (1.0 / (1.0 - mu) - 1.0)
+            return u ** np.float32(1.0 / mu - 1.0)
+        return np.float32(1.0) - u ** np.float32(1.0 / (1.0 - mu) - 1.0)
     raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
 
 
@@ -83,9 +83,9 @@ def label_sd(kind: str, mu: float) -> float:
 def proxy(y, kind, mu, rho, rng) -> np.ndarray:
     """rho * standardised label + noise, shifted and scaled (a proxy's scale is arbitrary)."""
     sd = label_sd(kind, mu)
-    z = (y - mu) / sd if sd > 0 else np.zeros_like(y)
-    noise = rng.standard_normal(y.shape, dtype=np.float32)      # float32: the harness's largest cost, not its precision
-    return 3.0 * (rho * z + math.sqrt(1 - rho * rho) * noise) - 1.0
+    z = (y - np.float32(mu)) * np.float32(1.0 / sd) if sd > 0 else np.zeros_like(y)
+    noise = rng.standard_normal(y.shape, dtype=np.float32)
+    return np.float32(3.0) * (np.float32(rho) * z + np.float32(math.sqrt(1 - rho * rho)) * noise) - np.float32(1.0)
 
 
 # ------------------------------------------------------------------------------------ today's interval (before)

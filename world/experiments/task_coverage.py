@@ -143,6 +143,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gold", type=positive_int, default=25, help="gold rows per family kept (default 25)")
     ap.add_argument("--seeds", type=seed_list, default=[0], help="gold draws and certify seeds, e.g. 0,1")
     ap.add_argument("--grade-seed", type=positive_int, default=12345)
+    ap.add_argument("--preset", choices=["full", "small"], default="full", help="audit.certify's preset (small: "
+                    "tiny worlds and tests)")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv)
     worlds = [require_built_world(w) for w in a.worlds]
@@ -158,7 +160,7 @@ def main(argv=None) -> int:
                 t0 = time.time()
                 print(f"[task_coverage] certify {name}", flush=True)
                 r = subprocess.run([sys.executable, "-m", "audit.certify", "--task", str(task), "--out", str(cert),
-                                    "--seed", str(s), "--stress-examples", "0", "--no-figures"],
+                                    "--seed", str(s), "--stress-examples", "0", "--no-figures", "--preset", a.preset],
                                    capture_output=True, text=True)
                 (out / "certify").mkdir(parents=True, exist_ok=True)
                 (out / "certify" / f"{name}.log").write_text(r.stdout + r.stderr)

@@ -1,0 +1,52 @@
+"""The coverage tools of issue 31: world/experiments/interval_coverage.py (the grid) and world/experiments/task_coverage.py (the task door at
+a reduced gold budget) on small settings; their full runs are measurements (docs/intervals.md), not tests."""
+import json
+
+import numpy as np
+
+from audit.task.task_dir import load_task
+from rlhf.vocab import FAMILIES
+from world.experiments import interval_coverage as ic
+from world.experiments.task_coverage import reduced_task
+
+
+def test_grid_point_measures_both_intervals():
+    """A converged cell (every label 1): today's interval has zero width, the new one covers; the summary and the
+    markdown table are built from the points."""
+    p = {"kind": "binary", "mean": 1.0, "n": 10, "N": 100, "rho": 0.4}
+    r = ic.run_point(p, 0, reps=120, seed=0, draws=500)
+    cell = r["quantities"]["cell"]
+    assert cell["n"] == 120 * ic.CELLS
+    assert cell["coverage"]["new"] == 1.0 and cell["zero_width"]["new"] == 0
+    assert cell["zero_width"]["today"] == cell["n"]          # all labels equal: [1, 1]
+    assert r["quantities"]["balanced"]["coverage"]["new"] == 1.0
+    q = {"kind": "continuous", "mean": 0.3, "n": 25, "N": 100, "rho": 0.8}
+    r2 = ic.run_point(q, 1, reps=120, seed=0, draws=500)
+    assert 0 < r2["quantities"]["cell"]["width_ratio"] < 5
+    s = ic.summarise([r, r2])
+    assert s["quantities"]["cell"]["today"]["zero_width"] == cell["n"]
+    assert "| cell | new |" in ic.markdown(s, [r, r2])
+
+
+def test_labels_have_the_stated_mean():
+    rng = np.random.default_rng(0)
+    for kind in ic.KINDS:
+        for mu in (0.0, 0.05, 0.5, 0.9, 1.0):
+            y = ic.labels(kind, mu, 200_000, rng)
+            assert 0.0 <= y.min() and y.max() <= 1.0
+            assert abs(y.mean() - mu) < 0.005, (kind, mu, y.mean())
+            assert abs(y.std() - ic.label_sd(kind, mu)) < 0.005, (kind, mu)
+
+
+def test_reduced_task_keeps_a_seeded_random_subset_of_gold(tiny_world, tmp_path):
+    a = reduced_task(tiny_world, tmp_path / "a", gold=10, seed=3)
+    b = reduced_task(tiny_world, tmp_path / "b", gold=10, seed=3)
+    c = reduced_task(tiny_world, tmp_path / "c", gold=10, seed=4)
+    rows = [json.loads(x) for x in (a / "data" / "gold_calib.jsonl").read_text().splitlines()]
+    assert sorted({r["family"] for r in rows}) == sorted(FAMILIES)
+    assert all(sum(r["family"] == f for r in rows) == 10 for f in FAMILIES)
+    assert (a / "data" / "gold_calib.jsonl").read_text() == (b / "data" / "gold_calib.jsonl").read_text()
+    assert (a / "data" / "gold_calib.jsonl").read_text() != (c / "data" / "gold_calib.jsonl").read_text()
+    full = (tiny_world / "task" / "data" / "gold_calib.jsonl").read_text().splitlines()
+    assert set((a / "data" / "gold_calib.jsonl").read_text().splitlines()) <= set(full)
+    assert not (a / "oracle").exists() and len(load_task(a).gold) == 10 * len(FAMILIES)
