@@ -25,6 +25,30 @@ def test_outputs_exist_and_validate(certified):
         json.loads((out / "evidence.json").read_text())["claims"])
 
 
+def test_console_speaks_in_findings_and_health_pytest_report_in_a_log(certified):
+    """pytest's report (its failures are mostly findings about the task) goes to OUT/claims.log; the terminal gets
+    the audit's own health apart from the findings, counted from the evidence."""
+    out, log = certified
+    claims = json.loads((out / "evidence.json").read_text())["claims"]
+    assert "FAILURES" not in log["stdout"] and "FAILURES" not in log["stderr"]
+    report = (out / "claims.log").read_text()
+    assert "evidence:" in report and str(len(claims)) in report
+    health = [c for c in claims if c["name"] in ("task.well_formed", "rubric.predicts_heldout_gold",
+                                                   "diagnostic.flags_synthetic_corruption")]
+    findings = [c for c in claims if c["name"] not in ("task.well_formed", "rubric.predicts_heldout_gold",
+                                                        "diagnostic.flags_synthetic_corruption",
+                                                        "shipped.improves_over_reference", "own.passes_release_rule")]
+    bad_health = [c for c in health if c["status"] != "pass"]
+    if bad_health:
+        assert f"the audit's own health: {len(bad_health)} of {len(health)} checks did not hold" in log["stdout"]
+    else:
+        assert f"the audit's own health: all {len(health)} checks hold" in log["stdout"]
+    hold = sum(c["status"] == "pass" for c in findings)
+    assert f"{len(findings)} claims, {hold} hold" in log["stdout"]
+    summary = (out / "summary.md").read_text()
+    assert "## The audit's own health" in summary and f"Findings about the task: {len(findings)} claims" in summary
+
+
 def test_evidence_has_every_claim_with_seed_and_hashes(certified):
     out, _ = certified
     ev = json.loads((out / "evidence.json").read_text())

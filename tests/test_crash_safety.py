@@ -42,7 +42,7 @@ KILL_POINTS = [
     ("rendering", r"\[certify\] rendering"),
 ]
 PRESEEDED = ("diagnostic", "stress")
-OUTPUTS = re.compile(r"answer\.json|summary\.md|evidence\.json|figures/[a-z_]+\.png|checkpoint/(policy\.safetensors|config\.json)")
+OUTPUTS = re.compile(r"answer\.json|summary\.md|evidence\.json|claims\.log|figures/[a-z_]+\.png|checkpoint/(policy\.safetensors|config\.json)")
 
 
 def _children(pid: int) -> list[int]:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from rlhf.errors import EXIT_BAD_INPUT
 
+from .report import by_role
+
 ROOT = Path(__file__).resolve().parents[2]     # the repository: pytest runs here, on checks/ by path
 
 
@@ -33,26 +35,58 @@ def _die_with_parent(parent_pid: int):
             os._exit(1)
 
 
-def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures: bool, prefix: str, t0: float):
+LOG = "claims.log"      # pytest's own report of the claims (in OUT): a claim that does not hold is a finding there
+
+
+def console_summary(claims: list, roles: dict, subject: str) -> list[str]:
+    """The claims in the tool's words: the audit's own health apart from the findings about the subject."""
+    by = by_role(claims, roles)
+    lines = []
+    health = by["health"]
+    bad = [c for c in health if c["status"] != "pass"]
+    if bad:
+        lines.append(f"the audit's own health: {len(bad)} of {len(health)} checks did not hold: "
+                     + ", ".join(f"{c['id']} ({c['status']})" for c in bad) + " -- read summary.md before its findings")
+    else:
+        lines.append(f"the audit's own health: all {len(health)} checks hold")
+    f = by["finding"]
+    hold = sum(c["status"] == "pass" for c in f)
+    err = sum(c["status"] == "error" for c in f)
+    lines.append(f"findings about {subject}: {len(f)} claims, {hold} hold, {len(f) - hold - err} do not"
+                 + (f", {err} could not be evaluated" if err else ""))
+    return lines
+
+
+def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures: bool, prefix: str, t0: float,
+                          roles: dict | None = None, subject: str = "the runs"):
     """The claims in a pytest child (cmd, writing `evidence`) that dies with this process, then the report rendered
-    from that evidence alone into `out`, and the staging dir (evidence's) removed. Returns the answer dict, or None
-    after saying why nothing new was rendered (no evidence; rendering failed: the previous outputs are kept).
-    Shared by audit.certify and audit.samples."""
+    from that evidence alone into `out`, and the staging dir (evidence's) removed. pytest's report goes to
+    OUT/claims.log, not the terminal: its failures are mostly findings, and the console says so in the tool's words
+    (`roles`: claim name -> 'decision' / 'health'; the rest are findings about `subject`). Returns the answer dict,
+    or None after saying why nothing new was rendered (no evidence; rendering failed: the previous outputs are
+    kept). Shared by audit.certify and audit.samples."""
     parent = os.getpid()
-    rc = subprocess.run(cmd, cwd=ROOT, preexec_fn=lambda: _die_with_parent(parent)).returncode
+    evidence.parent.mkdir(parents=True, exist_ok=True)
+    log = evidence.parent / LOG
+    with open(log, "w") as fh:
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=fh, preexec_fn=lambda: _die_with_parent(parent)).returncode
     if not evidence.exists():
-        print(f"[{prefix}] pytest exited {rc} without evidence: nothing rendered", file=sys.stderr)
+        tail = log.read_text(errors="replace").splitlines()[-30:]
+        print("\n".join(tail), file=sys.stderr)
+        print(f"[{prefix}] pytest exited {rc} without evidence: nothing rendered (its report: {log})", file=sys.stderr)
         return None
     claims = json.loads(evidence.read_text())["claims"]
-    counts = {s: sum(c["status"] == s for c in claims) for s in ("pass", "fail", "error")}
-    print(f"[{prefix}] {len(claims)} claims: {counts['pass']} pass, {counts['fail']} fail, {counts['error']} error "
-          f"({time.time() - t0:.0f}s)", flush=True)
+    print(f"[{prefix}] {len(claims)} claims evaluated ({time.time() - t0:.0f}s); pytest's report: {out / LOG}",
+          flush=True)
+    for line in console_summary(claims, roles or {}, subject):
+        print(f"[{prefix}] {line}", flush=True)
     print(f"[{prefix}] rendering answer.json, summary.md, figures/", flush=True)
     try:
         answer = render(evidence, out, figures=figures)
     except Exception as e:   # noqa: BLE001 - report and keep the previous answer.json
-        print(f"[{prefix}] rendering failed, previous outputs kept: {e}", file=sys.stderr)
+        print(f"[{prefix}] rendering failed, previous outputs kept: {e} (pytest's report: {log})", file=sys.stderr)
         return None
+    os.replace(log, out / LOG)          # same filesystem (the staging dir is inside OUT): atomic
     shutil.rmtree(evidence.parent, ignore_errors=True)
     return answer
 

@@ -141,3 +141,13 @@ def render_answer_text(answer: dict, template: str, schema_path: Path) -> str:
 def _save(fig, path: Path, tmp_dir: Path) -> None:
     with atomic_target(path, tmp_dir) as tmp:
         fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+
+
+def by_role(claims: list, roles: dict) -> dict:
+    """Claims by role: 'decision', 'health' (checks of the audit's own validity) and 'finding' (every other claim:
+    about the runs, the reward model, the data; one that does not hold is what the audit is for, not its fault).
+    `roles` maps a claim's name to its role; a door's module says which of its claims are which."""
+    out = {"decision": [], "health": [], "finding": []}
+    for c in claims:
+        out[roles.get(c.get("name") or c["id"].split("[")[0], "finding")].append(c)
+    return out

@@ -148,8 +148,9 @@ def main(argv=None) -> int:
            "--rootdir", str(ROOT), "--samples-settings", str(settings_file), "--seed", str(a.seed),
            "--evidence", str(evidence), "--audit-command", command, "-o", "console_output_style=count",
            "--capture=sys"]
-    from .render import render
-    answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "samples", t0)
+    from .render import ROLES, render
+    answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "samples", t0, ROLES,
+                                   "the runs and the proxy")
     if answer is None:
         return EXIT_INTERNAL
     ship = answer["certification"]

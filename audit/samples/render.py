@@ -17,7 +17,7 @@ from rlhf.atomic import atomic_write_text
 from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
 from audit.core import report
 from audit.core.report import (MEASURED_DECIMALS, STAGING, TEMPLATES, AnswerSchemaError, Claims, _env, _is_ci, _is_num,
-                               _oneline, _save, measured)
+                               _oneline, _save, by_role, measured)
 
 SCHEMA_PATH = TEMPLATES / "samples_answer.schema.json"
 FIGURE_NAMES = ("estimates.png", "proxy_vs_gold.png")
@@ -28,6 +28,8 @@ AGREE = "proxy.agrees_with_gold"
 SCALE = "proxy.on_common_scale"
 DESIGN = "gold.random_subset"
 STRESS = "proxy.corruption_detection"
+# the console and summary.md tell the audit's own health apart from its findings (audit/core/claims_runner)
+ROLES = {SHIPPED: "decision", DESIGN: "health", STRESS: "health"}
 
 FAMILY_KEYS = ("estimate", "ci95", "ci95_gold_only", "reference", "delta", "delta_ci95", "delta_ci95_gold_only",
                "proxy_mean", "n_samples", "n_gold", "lam", "widened")
@@ -207,7 +209,8 @@ def make_figures(answer: dict, claims: Claims, fig_dir: Path, tmp_dir: Path) -> 
 
 def render_summary(answer: dict, doc: dict, figures: list[str]) -> str:
     claims = Claims(doc)
-    bad = [c for c in claims.all() if c["status"] != "pass"
+    health = by_role(claims.all(), ROLES)["health"]
+    bad = [c for c in claims.all() if c["status"] != "pass" and c not in health
            and c["name"] not in (RUN, "run.non_inferior", AGREE, SCALE, SHIPPED)]
     env = _env()
     env.filters["f4"] = lambda v: f"{v:.4f}" if _is_num(v) else "n/a"
@@ -216,7 +219,7 @@ def render_summary(answer: dict, doc: dict, figures: list[str]) -> str:
     env.filters["sci4"] = lambda v: f"[{v[0]:+.4f}, {v[1]:+.4f}]" if _is_ci(v) else "n/a"
     width = lambda ci: ci[1] - ci[0] if _is_ci(ci) else None   # noqa: E731
     return env.get_template("samples_summary.md.j2").render(a=answer, figures=figures, other_failed=bad,
-                                                            width=width, meta=doc.get("meta") or {})
+                                                            health=health, width=width, meta=doc.get("meta") or {})
 
 
 def render(evidence_path, out_dir, *, figures: bool = True) -> dict:

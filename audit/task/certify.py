@@ -92,8 +92,10 @@ def main(argv=None) -> int:
            *(["--stress-ray", a.ray] if a.ray else []),
            "-o", "console_output_style=count",
            "--capture=sys"]   # sys-level capture leaves fd 2 alone: the per-stage progress lines reach the terminal
+    from .claim_names import ROLES
     from .render import render
-    answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "certify", t0)
+    answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "certify", t0, ROLES,
+                                   "the task's runs, reward model and crowd")
     if answer is None:
         return EXIT_INTERNAL
     certified = answer["certification"]["improved_over_reference"] is True

@@ -59,8 +59,8 @@ from rlhf.errors import InputError, run_cli
 from audit.core import report
 from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
 from audit.core.report import AnswerSchemaError  # noqa: F401  (what render() raises on a schema violation)
-from audit.core.report import STAGING, TEMPLATES, Claims, _env, _first, _is_ci, _is_num, _oneline, measured
-from .claim_names import CROWD, DIAG, NEEDED, OWN, RM, RUN, SAMPLES_DOOR, SHIPPED, STRESS
+from audit.core.report import STAGING, TEMPLATES, Claims, _env, by_role, _first, _is_ci, _is_num, _oneline, measured
+from .claim_names import CROWD, DIAG, NEEDED, OWN, RM, ROLES, RUN, SAMPLES_DOOR, SHIPPED, STRESS
 from .figures import make_figures
 
 SCHEMA_PATH = TEMPLATES / "answer.schema.json"
@@ -235,9 +235,11 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
     config = (doc.get("meta") or {}).get("config") or {}
     if rule_text is None and isinstance(config.get("release_rule"), str):
         rule_text = config["release_rule"]
-    bad = [c for c in claims.all() if c["status"] != "pass"]
+    roles = by_role(claims.all(), ROLES)
     return _env().get_template("summary.md.j2").render(
-        a=answer, meta=doc.get("meta") or {}, claims=claims.all(), bad=bad, figures=figures,
+        a=answer, meta=doc.get("meta") or {}, claims=claims.all(), figures=figures, health=roles["health"],
+        findings=roles["finding"], bad_health=[c for c in roles["health"] if c["status"] != "pass"],
+        bad=[c for c in roles["decision"] + roles["finding"] if c["status"] != "pass"],
         rule_text=rule_text, thresholds=thresholds, rm_claims=rm_details, crowd_claims=crowd_details,
         shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG), own=claims.one(OWN), stress=claims.one(STRESS),
         task_fingerprint=inputs_fingerprint((doc.get("meta") or {}).get("input_hashes")),
