@@ -33,11 +33,11 @@ def test_console_speaks_in_findings_and_health_pytest_report_in_a_log(certified)
     assert "FAILURES" not in log["stdout"] and "FAILURES" not in log["stderr"]
     report = (out / "claims.log").read_text()
     assert "evidence:" in report and str(len(claims)) in report
-    health = [c for c in claims if c["name"] in ("task.well_formed", "rubric.predicts_heldout_gold",
-                                                   "diagnostic.flags_synthetic_corruption")]
-    findings = [c for c in claims if c["name"] not in ("task.well_formed", "rubric.predicts_heldout_gold",
-                                                        "diagnostic.flags_synthetic_corruption",
-                                                        "shipped.improves_over_reference", "own.passes_release_rule")]
+    health_names = ("task.well_formed", "rubric.predicts_heldout_gold", "diagnostic.flags_families",
+                    "diagnostic.flags_synthetic_corruption")
+    health = [c for c in claims if c["name"] in health_names]
+    findings = [c for c in claims if c["name"] not in health_names
+                and c["name"] not in ("shipped.improves_over_reference", "own.passes_release_rule")]
     bad_health = [c for c in health if c["status"] != "pass"]
     if bad_health:
         assert f"the audit's own health: {len(bad_health)} of {len(health)} checks did not hold" in log["stdout"]
@@ -47,6 +47,7 @@ def test_console_speaks_in_findings_and_health_pytest_report_in_a_log(certified)
     assert f"{len(findings)} claims, {hold} hold" in log["stdout"]
     summary = (out / "summary.md").read_text()
     assert "## The audit's own health" in summary and f"Findings about the task: {len(findings)} claims" in summary
+    assert "Made with: preset `small`" in summary and "flagged when risk > 0.8" in summary
 
 
 def test_evidence_has_every_claim_with_seed_and_hashes(certified):

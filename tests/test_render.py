@@ -142,10 +142,10 @@ def test_all_passing_evidence_is_certified_and_matches_spec_shape(tmp_path):
     assert "Default rule: gain >= 0.05" in summary and "`min_gain` = `0.05`" in summary
     assert re.search(r"\| `fourfam-s800` \| 0.330 \| \[0.310, 0.350\] \| \*\*passes\*\*", summary)
     assert re.search(r"\| `kl002-s1500` \|.*\| does not pass \| dune: CI lower", summary)
-    # the audit's own health apart from its findings: no health check in this evidence; 15 findings, 4 do not hold
-    assert "all 0 checks of its own validity hold" not in summary
-    assert "No check of the audit's own validity was recorded." in summary
-    assert "Findings about the task: 15 claims, 11 hold, 4 do not" in summary
+    # the audit's own health (here: the diagnostic's validation) apart from its findings: 14, of which 4 do not hold
+    assert "all 1 checks of its own validity hold" in summary
+    assert "`diagnostic.flags_families` **pass**" in summary.split("## The audit's own health")[1]
+    assert "Findings about the task: 14 claims, 10 hold, 4 do not" in summary
     failed_section = summary.split("## Findings that do not hold")[1]
     for cid in ("run.passes_release_rule[kl002-s1500]", "rm.agrees_with_experts[dune]",
                 "rm.agrees_with_experts[ember]", "crowd.on_rubric_scale[dune]"):
@@ -159,13 +159,13 @@ def test_health_checks_apart_from_findings(tmp_path):
     doc["claims"] += [claim("rubric.predicts_heldout_gold[anvil]"),
                       claim("rubric.predicts_heldout_gold[birch]", "fail", "AssertionError: R2 0.1 <= 0.5")]
     _, summary = do_render(tmp_path, doc)
-    assert "**1 of 2 checks of its own validity did not hold** (`rubric.predicts_heldout_gold[birch]` fail)" in summary
+    assert "**1 of 3 checks of its own validity did not hold** (`rubric.predicts_heldout_gold[birch]` fail)" in summary
     health = summary.split("## The audit's own health")[1].split("## Findings that do not hold")[0]
     findings = summary.split("## Findings that do not hold")[1]
     assert "`rubric.predicts_heldout_gold[birch]` **fail**: AssertionError: R2 0.1 <= 0.5" in health
     assert "`rubric.predicts_heldout_gold[anvil]` **pass**" in health
     assert "rubric.predicts_heldout_gold" not in findings
-    assert "Findings about the task: 15 claims, 11 hold, 4 do not" in summary
+    assert "Findings about the task: 14 claims, 10 hold, 4 do not" in summary
 
 
 @pytest.mark.parametrize("status", ["fail", "error"])

@@ -15,4 +15,4 @@ NEEDED = {SHIPPED: "checkpoint_dir, recipe, dev_eval, certification", RM: "rewar
 SAMPLES_DOOR = ("proxy.agrees_with_gold", "proxy.on_common_scale", "gold.random_subset", "proxy.corruption_detection")
 # the console and summary.md tell the audit's own health apart from its findings about the task (audit/core/claims_runner)
 ROLES = {SHIPPED: "decision", OWN: "decision", "task.well_formed": "health", "rubric.predicts_heldout_gold": "health",
-         STRESS: "health"}
+         DIAG: "health", STRESS: "health"}     # DIAG: the diagnostic's flags validated against the gold set

@@ -58,6 +58,7 @@ from rlhf.errors import InputError, run_cli
 
 from audit.core import report
 from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
+from audit.core.hazard import FIFTH
 from audit.core.report import AnswerSchemaError  # noqa: F401  (what render() raises on a schema violation)
 from audit.core.report import STAGING, TEMPLATES, Claims, _env, by_role, _first, _is_ci, _is_num, _oneline, measured
 from .claim_names import CROWD, DIAG, NEEDED, OWN, RM, ROLES, RUN, SAMPLES_DOOR, SHIPPED, STRESS
@@ -243,7 +244,18 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
         rule_text=rule_text, thresholds=thresholds, rm_claims=rm_details, crowd_claims=crowd_details,
         shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG), own=claims.one(OWN), stress=claims.one(STRESS),
         task_fingerprint=inputs_fingerprint((doc.get("meta") or {}).get("input_hashes")),
-        errors=sum(c["status"] == "error" for c in claims.all()))
+        errors=sum(c["status"] == "error" for c in claims.all()), risk_line=1 - FIFTH, made_with=made_with(doc))
+
+
+def made_with(doc: dict) -> dict:
+    """The preset and budgets the report was made with, from the evidence: the preset and stress batches from the
+    recorded command, gold rows per family from the RM claims, the own policy's steps from the shipped recipe."""
+    args = ((doc.get("meta") or {}).get("config") or {}).get("pytest_args") or []
+    flag = lambda name: args[args.index(name) + 1] if name in args[:-1] else None   # noqa: E731
+    gold = sorted({(c.get("details") or {}).get("n") for c in Claims(doc).named(RM)} - {None})
+    stress = Claims(doc).one(STRESS)
+    return {"preset": flag("--audit-preset") or "full", "gold_per_family": gold,
+            "stress_batches": len((stress or {}).get("details", {}).get("batches") or []) or None}
 
 
 # ------------------------------------------------------------------------------------------ evidence checks
