@@ -39,7 +39,7 @@ def shipped_claim(status="pass", message="", **cert_over):
                    "seed": 0},
         "dev_eval": {"proxy_mean": 1.1, "proxy_std": 0.3, "proxy_p50": 1.0, "proxy_p90": 1.5, "kl_mean": 14.0,
                      "rm_gold_pearson": 0.23},
-        "certification": cert, "intervals": INTERVALS})
+        "certification": cert, "intervals": INTERVALS, "reference_ci95": [0.25, 0.29]})
 
 
 INTERVALS = {"method": "rubric + sampling", "rubric": "posterior draws", "sampling": "bounded-mean interval",
@@ -139,6 +139,8 @@ def test_all_passing_evidence_is_certified_and_matches_spec_shape(tmp_path):
     # summary: plain words first, then numbers, tables, failures
     assert summary.index("**Certified:**") < summary.index("## Release rule")
     assert "0.710** (95% CI [0.680, 0.740])" in summary
+    assert "0.270 (95% CI [0.250, 0.290]) for the reference" in summary          # the reference's CI, like any other
+    assert "| true quality, reference | 0.270 | [0.250, 0.290] |" in summary
     assert "Default rule: gain >= 0.05" in summary and "`min_gain` = `0.05`" in summary
     assert re.search(r"\| `fourfam-s800` \| 0.330 \| \[0.310, 0.350\] \| \*\*passes\*\*", summary)
     assert re.search(r"\| `kl002-s1500` \|.*\| does not pass \| dune: CI lower", summary)
