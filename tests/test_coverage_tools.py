@@ -30,7 +30,7 @@ def test_grid_point_measures_both_intervals():
 
 def test_cli_resumes_and_summarises(tmp_path, capsys):
     """The command writes one line a grid point, skips the points it has (resume), and --summary-only runs nothing."""
-    args = ["--out", str(tmp_path), "--reps", "20", "--draws", "200", "--quick", "--limit", "1"]
+    args = ["--out", str(tmp_path), "--reps", "20", "--draws", "200", "--quick", "--limit", "1", "--shuffled"]
     assert ic.main(args) == 0
     first = (tmp_path / "grid.jsonl").read_text().splitlines()
     assert len(first) == 1
