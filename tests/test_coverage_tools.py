@@ -28,6 +28,21 @@ def test_grid_point_measures_both_intervals():
     assert "| cell | new |" in ic.markdown(s, [r, r2])
 
 
+def test_cli_resumes_and_summarises(tmp_path, capsys):
+    """The command writes one line a grid point, skips the points it has (resume), and --summary-only runs nothing."""
+    args = ["--out", str(tmp_path), "--reps", "20", "--draws", "200", "--quick", "--limit", "1", "--shuffled"]
+    assert ic.main(args) == 0
+    first = (tmp_path / "grid.jsonl").read_text().splitlines()
+    assert len(first) == 1
+    assert ic.main(args) == 0                                   # the next point, not the first again
+    rows = [json.loads(x) for x in (tmp_path / "grid.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and rows[0] != rows[1] and json.loads(first[0]) == rows[0]
+    capsys.readouterr()
+    assert ic.main(["--out", str(tmp_path), "--reps", "20", "--draws", "200", "--summary-only"]) == 0
+    assert "2 done, 0 to run" in capsys.readouterr().out
+    assert json.loads((tmp_path / "summary.json").read_text())["points"] == 2
+
+
 def test_labels_have_the_stated_mean():
     rng = np.random.default_rng(0)
     for kind in ic.KINDS:

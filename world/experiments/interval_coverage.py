@@ -239,6 +239,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small grid (binary and continuous, n 10 and 50, N 100, "
                     "rho 0 and 0.8, five means) for a first look")
     ap.add_argument("--limit", type=positive_int, default=None, help="stop after this many new grid points")
+    ap.add_argument("--shuffled", action="store_true", help="run the points in a seeded random order (a grid cut short "
+                    "is then a random subset of it, not its first kinds and means)")
+    ap.add_argument("--summary-only", action="store_true", help="run nothing: summarise the grid points DIR holds "
+                    "(a partial grid while shards are still running)")
     ap.add_argument("--shard", default=None, metavar="I/K", help="run only the grid points whose index is I mod K "
                     "(K processes side by side; each writes DIR/grid.I.jsonl)")
     a = ap.parse_args(argv)
@@ -269,9 +273,14 @@ def main(argv=None) -> int:
     index = {tuple(p.values()): i for i, p in enumerate(grid_points())}
     todo = [p for p in points if tuple(p.values()) not in done
             and (shard is None or index[tuple(p.values())] % shard[1] == shard[0])]
+    if a.shuffled:
+        todo = [todo[i] for i in np.random.default_rng([a.seed, 31]).permutation(len(todo))]
     if a.limit:
         todo = todo[: a.limit]
-    print(f"[interval_coverage] {len(points)} grid points, {len(points) - len(todo)} done, {len(todo)} to run "
+    if a.summary_only:
+        todo = []
+    n_done = sum(tuple(p.values()) in done for p in points)
+    print(f"[interval_coverage] {len(points)} grid points, {n_done} done, {len(todo)} to run "
           f"({a.reps} replicates, {a.draws} draws, seed {a.seed})", flush=True)
     t0 = time.time()
     with open(grid_file, "a") as fh:
