@@ -23,7 +23,7 @@ help:
 	@echo "make certify SAMPLES=f GOLD=f [REFERENCE=run]  audit runs from their logged samples (docs/samples.md)"
 	@echo "make test      unit, property and end-to-end tests on the tiny world (JOBS=n workers, default one per core)"
 	@echo "make test-cpu  the tests under another CPU's kernels: CAP=default|avx2|avx512 [MKL=AVX2|AVX512] [TESTS=...]"
-	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl: the run ~25 s on 2 cores, after the install)"
+	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl; its measured time: docs/samples.md)"
 	@echo "make bench     speed: RL step (fast vs naive, single vs stacked), RM training, stress batch (serial vs stacked)"
 	@echo "make world     build the canonical world into $(WORLD) (seed $(SEED))"
 	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
