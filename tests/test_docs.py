@@ -230,3 +230,9 @@ def test_every_relative_link_resolves():
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 problems.append(f"{path.relative_to(ROOT)}: ({target}): no such heading")
     assert not problems, "links in the docs that lead nowhere:\n" + "\n".join(problems)
+
+
+def test_the_docs_index_lists_every_page():
+    index = (ROOT / "docs" / "README.md").read_text()
+    missing = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "README.md" and f"]({p.name})" not in index]
+    assert not missing, f"docs/README.md does not list: {missing}"
