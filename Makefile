@@ -15,14 +15,15 @@ SAMPLES ?=
 GOLD    ?=
 REFERENCE ?=
 
-.PHONY: help install test test-cpu test-trl bench world certify calibrate grade clean
+.PHONY: help install demo test test-cpu test-trl bench world certify calibrate grade clean
 
 help:
+	@echo "make demo      first run: build a tiny world (if missing) and certify it with the small preset -> out/demo/"
 	@echo "make certify   audit the canonical world (built if missing) -> $(OUT)/answer.json, summary.md"
 	@echo "make certify SAMPLES=f GOLD=f [REFERENCE=run]  audit runs from their logged samples (docs/samples.md)"
 	@echo "make test      unit, property and end-to-end tests on the tiny world (JOBS=n workers, default one per core)"
 	@echo "make test-cpu  the tests under another CPU's kernels: CAP=default|avx2|avx512 [MKL=AVX2|AVX512] [TESTS=...]"
-	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl: the run ~25 s on 2 cores, after the install)"
+	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl; its measured time: docs/samples.md)"
 	@echo "make bench     speed: RL step (fast vs naive, single vs stacked), RM training, stress batch (serial vs stacked)"
 	@echo "make world     build the canonical world into $(WORLD) (seed $(SEED))"
 	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
@@ -58,6 +59,12 @@ bench: $(STAMP)
 	$(PY) -m rlhf.bench --steps 20
 	@if [ -f $(WORLD)/task/policy/config.json ]; then $(PY) -m audit.bench_stress --task $(WORLD)/task --seed $(SEED); \
 	else echo "stress-batch rows skipped: no built world at $(WORLD) (make world)"; fi
+
+# First contact: a tiny world (built once) certified with the small preset; the same report as make certify, smaller
+demo: $(STAMP)
+	@test -f worlds/tiny/oracle/world.json || $(PY) -m world build --out worlds/tiny --seed $(SEED) --preset tiny
+	$(PY) -m audit.certify --task worlds/tiny/task --out out/demo --seed $(SEED) --preset small
+	@echo "report: out/demo/summary.md (the certification: out/demo/answer.json; every claim: out/demo/evidence.json)"
 
 world: $(STAMP)
 	@test -f $(WORLD)/oracle/world.json || $(PY) -m world build --out $(WORLD) --seed $(SEED)

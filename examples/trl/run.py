@@ -1,4 +1,4 @@
-"""python examples/trl/run.py --out DIR [--steps 200] [--seed 0]: a real RL run from a library users use, audited
+"""python examples/trl/run.py --out DIR [--steps 300] [--seed 0]: a real RL run from a library users use, audited
 from its logged samples (README "Bring your own run"; docs/samples.md).
 
 1. A tiny randomly initialised causal LM (a transformers GPT-2 config, 2 layers, d 64; no download) and a word-level
