@@ -262,7 +262,7 @@ class Cell:
         return interval(self.gold_only, confidence)
 
 
-def prediction_line(y, f, lo, hi):
+def prediction_line(y, f):
     """(intercept, slope) per batch row: the least-squares line of the gold labels y on the proxy f (slope 0 where
     f is constant); the prediction is h(v) = clip(intercept + slope * v, lo, hi)."""
     fm, ym = f.mean(-1, keepdims=True), y.mean(-1, keepdims=True)
@@ -315,7 +315,7 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
         gold = draw(y, lo, hi, stream(seed, *key, "gold"), draws)
         zero = np.zeros(batch)
         return Cell(gold.mean, zero, [(1.0, gold)], [(1.0, gold)], gold.mean, zero)
-    a, b = prediction_line(y, f, lo, hi)
+    a, b = prediction_line(y, f)
     line = lambda v: np.clip(a[..., None] + b[..., None] * v, lo, hi)
     h, h_u = line(f), line(f_u)
     h_lo = np.minimum(h.min(-1), h_u.min(-1))[..., None]
@@ -360,10 +360,10 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
     chosen = [(1.0, rectifier(lam)), (1.0, unlabelled(lam))]
     ci_gold, ci_chosen = interval(gold, confidence), interval(chosen, confidence)
     keep = (ci_chosen["ci95"][1] - ci_chosen["ci95"][0]) <= (ci_gold["ci95"][1] - ci_gold["ci95"][0])
+    if not np.all(keep):              # the rows where lam lost on all the draws fall back to lam = 0
+        lam = np.where(keep, lam, 0.0)
+        chosen = [(1.0, rectifier(lam)), (1.0, unlabelled(lam))]
+    cell = Cell(chosen[0][1].mean + chosen[1][1].mean, lam, chosen, gold, a, b)
     if np.all(keep):
-        cell = Cell(chosen[0][1].mean + chosen[1][1].mean, lam, chosen, gold, a, b)
         cell._cache[confidence] = ci_chosen
-        return cell
-    lam = np.where(keep, lam, 0.0)
-    parts = [(1.0, rectifier(lam)), (1.0, unlabelled(lam))]
-    return Cell(parts[0][1].mean + parts[1][1].mean, lam, parts, gold, a, b)
+    return cell

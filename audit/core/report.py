@@ -11,7 +11,7 @@ import jsonschema
 
 from rlhf.atomic import atomic_target
 
-from audit.core.evidence import to_jsonable
+from audit.core.evidence import split_claim_id, to_jsonable
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 STAGING = ".staging"   # temp files under out_dir (same filesystem as the outputs: the renames stay atomic)
@@ -80,7 +80,6 @@ class Claims:
             c["details"] = c["details"] if isinstance(c["details"], dict) else {}
             c.setdefault("message", "")
             if "name" not in c or "param" not in c:
-                from audit.core.evidence import split_claim_id
                 c["name"], c["param"] = split_claim_id(c["id"])
             self.by_id[c["id"]] = c
 
@@ -149,5 +148,5 @@ def by_role(claims: list, roles: dict) -> dict:
     `roles` maps a claim's name to its role; a door's module says which of its claims are which."""
     out = {"decision": [], "health": [], "finding": []}
     for c in claims:
-        out[roles.get(c.get("name") or c["id"].split("[")[0], "finding")].append(c)
+        out[roles.get(c.get("name") or split_claim_id(c["id"])[0], "finding")].append(c)
     return out

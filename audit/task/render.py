@@ -244,16 +244,16 @@ def render_summary(answer: dict, doc: dict, figures: list[str], rule_text: str |
         rule_text=rule_text, thresholds=thresholds, rm_claims=rm_details, crowd_claims=crowd_details,
         shipped=claims.one(SHIPPED), diag_claim=claims.one(DIAG), own=claims.one(OWN), stress=claims.one(STRESS),
         task_fingerprint=inputs_fingerprint((doc.get("meta") or {}).get("input_hashes")),
-        errors=sum(c["status"] == "error" for c in claims.all()), risk_line=1 - FIFTH, made_with=made_with(doc))
+        errors=sum(c["status"] == "error" for c in claims.all()), risk_line=1 - FIFTH, made_with=made_with(doc, claims))
 
 
-def made_with(doc: dict) -> dict:
+def made_with(doc: dict, claims: Claims) -> dict:
     """The preset and budgets the report was made with, from the evidence: the preset and stress batches from the
     recorded command, gold rows per family from the RM claims, the own policy's steps from the shipped recipe."""
     args = ((doc.get("meta") or {}).get("config") or {}).get("pytest_args") or []
     flag = lambda name: args[args.index(name) + 1] if name in args[:-1] else None   # noqa: E731
-    gold = sorted({(c.get("details") or {}).get("n") for c in Claims(doc).named(RM)} - {None})
-    stress = Claims(doc).one(STRESS)
+    gold = sorted({c["details"].get("n") for c in claims.named(RM)} - {None})
+    stress = claims.one(STRESS)
     return {"preset": flag("--audit-preset") or "full", "gold_per_family": gold,
             "stress_batches": len((stress or {}).get("details", {}).get("batches") or []) or None}
 
