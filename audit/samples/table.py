@@ -196,32 +196,12 @@ class _Problems:
             self.problems.append(f"{self.path}: ... and {self.n - MAX_PER_FILE} more problems")
 
 
-def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str | None = None,
-         design: DesignConfig | None = None) -> Table:
-    """Read and validate both files; raise TableError listing every problem (at most 10 per file)."""
-    mapping, design = dict(mapping or {}), design or DesignConfig()
-    sp, gp = Path(samples_path), Path(gold_path)
-    problems: list[str] = []
-    unknown = sorted(set(mapping) - set(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + GOLD_COLUMNS))
-    for k in unknown:
-        problems.append(f"--column {k}={mapping[k]}: unknown column '{k}'; expected one of "
-                        f"{', '.join(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + ('gold',))}")
-    if design.nonrandom_gold not in ("refuse", "widen"):
-        problems.append(f"--nonrandom-gold {design.nonrandom_gold}: expected refuse or widen")
-    if design.nonrandom_gold == "widen" and design.gold_range is None:
-        problems.append("--nonrandom-gold widen needs --gold-range LO HI: the values every gold label can take "
-                        "(the worst case is taken over them)")
-    srows = _read_rows(sp, problems)
-    grows = _read_rows(gp, problems)
-    if srows is None or grows is None:
-        raise TableError(problems)
-    s_ok = _columns(sp, srows, SAMPLE_COLUMNS, mapping, problems)
-    g_ok = _columns(gp, grows, GOLD_COLUMNS, mapping, problems)
-    if not (s_ok and g_ok) or problems:
-        raise TableError(problems)
+def parse_samples(sp: Path, srows, mapping: dict, problems: list[str]) -> dict:
+    """The samples rows checked one by one (problems appended, at most 10 per file): the valid rows' columns as
+    lists (sample_id, run, family, prompt_id, prompt, completion, proxy, step), `where` (sample_id -> location)
+    and `has_step`."""
     col = lambda c: mapping.get(c, c)   # noqa: E731
-
-    sid, run, fam, pid, comp, proxy, step, where = [], [], [], [], [], [], [], {}
+    sid, run, fam, pid, comp, proxy, step, prompt, where = [], [], [], [], [], [], [], [], {}
     has_step = col("step") in srows[0][1]
     pr = _Problems(sp, problems)
     for loc, r in srows:
@@ -257,7 +237,56 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
         sid.append(vals["sample_id"]), run.append(vals["run"]), fam.append(vals["family"])
         pid.append(vals["prompt_id"]), comp.append(vals["completion"]), proxy.append(vals["proxy"])
         step.append(np.nan if st is None else st)
+        prompt.append(_prompt(r.get(col("prompt"))))
     pr.close()
+    return {"sample_id": sid, "run": run, "family": fam, "prompt_id": pid, "prompt": prompt, "completion": comp,
+            "proxy": proxy, "step": step, "where": where, "has_step": has_step}
+
+
+def _prompt(v) -> str:
+    return "" if v is None else v if isinstance(v, str) else _completion(v) or str(v)
+
+
+def read_samples(samples_path, mapping: dict | None = None) -> dict:
+    """The samples table alone, validated row by row as load() does (parse_samples' dict); raises TableError."""
+    mapping, sp, problems = dict(mapping or {}), Path(samples_path), []
+    srows = _read_rows(sp, problems)
+    if srows is None or not _columns(sp, srows, SAMPLE_COLUMNS, mapping, problems):
+        raise TableError(problems)
+    sm = parse_samples(sp, srows, mapping, problems)
+    if problems:
+        raise TableError(problems)
+    return sm
+
+
+def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str | None = None,
+         design: DesignConfig | None = None) -> Table:
+    """Read and validate both files; raise TableError listing every problem (at most 10 per file)."""
+    mapping, design = dict(mapping or {}), design or DesignConfig()
+    sp, gp = Path(samples_path), Path(gold_path)
+    problems: list[str] = []
+    unknown = sorted(set(mapping) - set(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + GOLD_COLUMNS))
+    for k in unknown:
+        problems.append(f"--column {k}={mapping[k]}: unknown column '{k}'; expected one of "
+                        f"{', '.join(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + ('gold',))}")
+    if design.nonrandom_gold not in ("refuse", "widen"):
+        problems.append(f"--nonrandom-gold {design.nonrandom_gold}: expected refuse or widen")
+    if design.nonrandom_gold == "widen" and design.gold_range is None:
+        problems.append("--nonrandom-gold widen needs --gold-range LO HI: the values every gold label can take "
+                        "(the worst case is taken over them)")
+    srows = _read_rows(sp, problems)
+    grows = _read_rows(gp, problems)
+    if srows is None or grows is None:
+        raise TableError(problems)
+    s_ok = _columns(sp, srows, SAMPLE_COLUMNS, mapping, problems)
+    g_ok = _columns(gp, grows, GOLD_COLUMNS, mapping, problems)
+    if not (s_ok and g_ok) or problems:
+        raise TableError(problems)
+    col = lambda c: mapping.get(c, c)   # noqa: E731
+    sm = parse_samples(sp, srows, mapping, problems)
+    sid, run, fam, pid, comp, proxy, step, where = (sm[k] for k in ("sample_id", "run", "family", "prompt_id",
+                                                                     "completion", "proxy", "step", "where"))
+    has_step = sm["has_step"]
 
     index = {s: i for i, s in enumerate(sid)}
     gold = np.full(len(sid), np.nan)
@@ -271,7 +300,11 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
                    f"got {r.get(col('sample_id'))!r}")
             continue
         if y is None:
-            pg.add(f"{loc}: column '{col('gold')}': expected a finite number, got {r.get(col('gold'))!r}")
+            v = r.get(col("gold"))
+            pg.add(f"{loc}: column '{col('gold')}': " + (
+                "empty: expected the expert's label of this sample, a finite number (every row a draw-gold file "
+                "drew needs its label: leaving some out would make the labelled rows no random subset)"
+                if v is None or (isinstance(v, str) and not v.strip()) else f"expected a finite number, got {v!r}"))
             continue
         if s in gseen:
             pg.add(f"{loc}: column '{col('sample_id')}': duplicate gold label for {s!r} (first at {gseen[s]})")
