@@ -1,5 +1,6 @@
 """python -m audit.samples --samples FILE --gold FILE --out DIR --reference RUN [--seed 0]: certify runs from any
-trainer from their logged samples (SPEC §4; docs/samples.md).
+trainer from their logged samples (SPEC §4; docs/samples.md). `python -m audit.samples draw-gold ...` draws the rows
+to label (audit/samples/draw.py).
 
 Reads a samples table (sample_id, run, family, prompt_id, completion, proxy_reward; optional prompt, step) and a
 gold table (sample_id, gold), JSONL, CSV or Parquet; validates both and the sampling design first (nothing
@@ -11,6 +12,11 @@ Exit status (as audit.certify):
   2  bad input or usage: one line per problem on stderr (file, line or row, column, what was expected); nothing
      is written, not even OUT itself
   1  an internal failure (the checks produced no evidence, or rendering failed); a previous answer.json is kept
+  3  only with --fail-if-not-certified: the audit ran, but no run passes the release rule (nothing to ship), for CI
+     that gates on the verdict
+
+A gold file written by draw-gold is checked against the record of its draw (GOLD's sibling NAME.draw.json, or
+--draw-record): the samples file's sha256 and every gold row's id (audit.samples.draw.check_record).
 """
 from __future__ import annotations
 
@@ -24,12 +30,16 @@ import time
 from pathlib import Path
 
 from rlhf.cli import Parser, positive_float, positive_int, seed_arg
-from rlhf.errors import EXIT_INTERNAL, EXIT_OK
+from rlhf.errors import EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
 from audit.core import claims_runner
 from audit.core.claims_runner import ROOT, run_claims_and_render
 
 STAGING = ".staging"
+EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified, as audit.certify
+USAGE = ("python -m audit.samples --samples FILE --gold FILE --out DIR [options]\n"
+         "       python -m audit.samples {draw-gold} --samples FILE --per-cell N --out TO_LABEL.csv [--seed S] "
+         "(the rows to label: draw-gold --help)")
 
 
 def refuse(lines, out: Path) -> int:
@@ -37,9 +47,10 @@ def refuse(lines, out: Path) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="python -m audit.samples", description=__doc__.splitlines()[0],
-                                 epilog="exit status: 0 the audit ran; 2 bad input or usage (nothing written); "
-                                        "1 internal failure. Schema and design: docs/samples.md")
+    ap = Parser(prog="python -m audit.samples", description=__doc__.splitlines()[0], usage=USAGE,
+                epilog="exit status: 0 the audit ran; 2 bad input or usage (nothing written); 1 internal failure; "
+                       "3 with --fail-if-not-certified: no run passes the release rule. Schema and design: "
+                       "docs/samples.md")
     ap.add_argument("--samples", required=True, help="samples table: .jsonl, .csv or .parquet")
     ap.add_argument("--gold", required=True, help="gold labels of a random subset of every run x family's samples")
     ap.add_argument("--out", required=True)
@@ -73,6 +84,11 @@ def parser() -> argparse.ArgumentParser:
                         "(default 2)")
     c.add_argument("--stress-examples", type=int, default=24,
                    help="hypothesis-drawn proxy corruptions measuring each claim's detection rate (default 24)")
+    ap.add_argument("--draw-record", default=None, metavar="FILE",
+                    help="the record of the draw the gold rows come from (default: GOLD's sibling NAME.draw.json "
+                         "when there is one, as draw-gold writes it); checked before anything runs")
+    ap.add_argument("--fail-if-not-certified", action="store_true",
+                    help="exit 3 when the audit ran but no run passes the release rule (CI gating)")
     ap.add_argument("--no-figures", action="store_true")
     return ap
 
@@ -104,7 +120,7 @@ def settings(a) -> tuple[dict, list[str]]:
     if a.stress_examples < 0:
         problems.append(f"--stress-examples {a.stress_examples}: expected an integer >= 0")
     return {"samples": str(Path(a.samples).resolve()), "gold": str(Path(a.gold).resolve()),
-            "reference": a.reference, "seed": a.seed, "mapping": mapping,
+            "draw_record": str(Path(a.draw_record).resolve()) if a.draw_record else None, "reference": a.reference, "seed": a.seed, "mapping": mapping,
             "design": {"min_samples": a.min_samples, "min_gold": a.min_gold, "alpha": a.design_alpha,
                        "nonrandom_gold": a.nonrandom_gold, "gold_range": a.gold_range},
             "release_rule": {"min_balanced_gain": a.min_gain, "balanced_ci_lower_gt": a.gain_ci_lower,
@@ -115,6 +131,9 @@ def settings(a) -> tuple[dict, list[str]]:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["draw-gold"]:
+        from .draw import main as draw_gold
+        return draw_gold(argv[1:])
     a = parser().parse_args(argv)
     out = Path(a.out)
     if out.exists() and not out.is_dir():
@@ -122,11 +141,15 @@ def main(argv=None) -> int:
     cfg, problems = settings(a)
     if problems:
         return refuse(problems, out)
+    from .draw import check_record
     from .session import load_table
+    problems = check_record(cfg)
     try:
         table, reference = load_table(cfg)
     except ValueError as e:
-        return refuse(getattr(e, "problems", [str(e)]), out)
+        problems += getattr(e, "problems", [str(e)])
+    if problems:
+        return refuse(problems, out)
     cfg["reference"] = reference
 
     t0 = time.time()
@@ -159,6 +182,9 @@ def main(argv=None) -> int:
              if ship["run"] else "no run passes the release rule: keep the reference")
           + "; flagged families: " + (", ".join(f for f, m in answer["reward_model"].items() if m["flag"]) or "none"),
           flush=True)
+    if a.fail_if_not_certified and not ship["run"]:
+        print("[samples] --fail-if-not-certified: no run passes the release rule: exit 3", file=sys.stderr)
+        return EXIT_NOT_CERTIFIED
     return EXIT_OK
 
 

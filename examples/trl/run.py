@@ -1,18 +1,20 @@
 """python examples/trl/run.py --out DIR [--steps 300] [--seed 0]: a real RL run from a library users use, audited
-from its logged samples (README "Bring your own run"; docs/samples.md).
+from its logged samples with the three commands of README "Bring your own run" (docs/samples.md).
 
 1. A tiny randomly initialised causal LM (a transformers GPT-2 config, 2 layers, d 64; no download) and a word-level
    tokenizer built here.
 2. TRL's GRPOTrainer trains it against examples/trl/toy_task.py's proxy reward, which is corrupted on two slices
-   (a gamed token pays there). SamplesTableCallback logs every checkpoint's samples (held-out prompts, every
-   slice, temperature 1.0) with their proxy reward into DIR/samples.jsonl: step-0 (the initial model, the
-   reference) and every --every steps.
-3. A random subset of every checkpoint x slice is labelled with the true quality function (the "experts"):
-   DIR/gold.jsonl.
-4. `python -m audit.samples` audits the table: DIR/audit/answer.json, summary.md, figures/.
+   (a gamed token pays there). The packaged callback audit.integrations.trl.SamplesCallback logs every
+   checkpoint's samples (held-out prompts, every slice, temperature 1.0) with their proxy reward into
+   DIR/samples.jsonl: step-0 (the initial model, the reference), every --every steps and the last step.
+3. `python -m audit.samples draw-gold` draws a simple random subset of every checkpoint x slice into
+   DIR/to_label.jsonl (the record of the draw beside it); the "experts" (the true quality function) fill in its
+   `gold` column.
+4. `python -m audit.samples --gold DIR/to_label.jsonl` audits the table: DIR/audit/answer.json, summary.md, figures/.
 
 Exit 0 when the audit named exactly the corrupted slices and did not ship a checkpoint that gamed them; 1
-otherwise (the test in tests/test_trl_example.py runs this)."""
+otherwise; 2 when DIR already holds a run (the callback appends: a new run needs a new DIR). The test in
+tests/test_trl_example.py runs this."""
 from __future__ import annotations
 
 import argparse
@@ -62,19 +64,17 @@ def prompts(n_per_slice: int, rng: random.Random, prefix: str) -> list[dict]:
     return out
 
 
-def label_gold(samples_path: Path, gold_path: Path, per_cell: int, rng: random.Random) -> int:
-    """The experts: true quality of a simple random subset of every checkpoint x slice."""
-    rows = [json.loads(line) for line in samples_path.read_text().splitlines()]
-    cells = {}
+def audit_samples(*args) -> int:
+    return subprocess.run([sys.executable, "-m", "audit.samples", *map(str, args)], cwd=ROOT).returncode
+
+
+def label(to_label: Path) -> int:
+    """The experts: the true quality of every row draw-gold drew, written into its `gold` column."""
+    rows = [json.loads(line) for line in to_label.read_text().splitlines() if line.strip()]
     for r in rows:
-        cells.setdefault((r["run"], r["family"]), []).append(r)
-    gold = []
-    for key in sorted(cells):
-        for r in rng.sample(cells[key], min(per_cell, len(cells[key]))):
-            gold.append({"sample_id": r["sample_id"], "gold": true_quality(r["family"], r["completion"])})
-    rng.shuffle(gold)
-    gold_path.write_text("".join(json.dumps(g) + "\n" for g in gold))
-    return len(gold)
+        r["gold"] = true_quality(r["family"], r["completion"])
+    to_label.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return len(rows)
 
 
 def main(argv=None) -> int:
@@ -88,6 +88,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     out = Path(a.out)
+    if (out / "samples.jsonl").exists():
+        print(f"[trl] {out / 'samples.jsonl'} exists: the callback appends to it (a resumed run); give a new --out",
+              file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
@@ -95,14 +99,15 @@ def main(argv=None) -> int:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from samples_callback import SamplesTableCallback
+    from audit.integrations.trl import SamplesCallback
     torch.set_num_threads(int(os.environ.get("RLHF_THREADS", "2")))
     rng = random.Random(a.seed)
     tok = tokenizer()
     lm = model(tok, a.seed)
     train = Dataset.from_list([{k: p[k] for k in ("prompt", "slice")} for p in prompts(256, rng, "train")])
     held_out = prompts(a.eval_per_slice, rng, "eval")
-    logger = SamplesTableCallback(held_out, trl_reward, tok, out / "samples.jsonl", every=a.every, seed=a.seed)
+    logger = SamplesCallback(held_out, trl_reward, tok, out / "samples.jsonl", every=a.every, max_new_tokens=6,
+                             family_key="slice", seed=a.seed)
     cfg = GRPOConfig(output_dir=str(out / "trainer"), per_device_train_batch_size=32, num_generations=8,
                      max_completion_length=6, learning_rate=a.lr, lr_scheduler_type="constant",
                      max_steps=a.steps, logging_steps=50,
@@ -111,17 +116,19 @@ def main(argv=None) -> int:
     trainer = GRPOTrainer(model=lm, reward_funcs=trl_reward, args=cfg, train_dataset=train,
                           processing_class=tok, callbacks=[logger])
     trainer.train()
-    if logger.runs[-1] != f"step-{a.steps}":
-        logger.log_checkpoint(trainer.model, a.steps)
-    n_gold = label_gold(out / "samples.jsonl", out / "gold.jsonl", a.gold_per_cell, rng)
+    rc = audit_samples("draw-gold", "--samples", out / "samples.jsonl", "--per-cell", a.gold_per_cell,
+                       "--out", out / "to_label.jsonl", "--seed", a.seed)
+    if rc != 0:
+        print(f"[trl] draw-gold exited {rc}", file=sys.stderr)
+        return 1
+    n_gold = label(out / "to_label.jsonl")
     print(f"[trl] trained {a.steps} GRPO steps, logged checkpoints {', '.join(logger.runs)}; {n_gold} gold labels "
           f"({time.time() - t0:.0f}s)", flush=True)
 
-    r = subprocess.run([sys.executable, "-m", "audit.samples", "--samples", str(out / "samples.jsonl"),
-                        "--gold", str(out / "gold.jsonl"), "--out", str(out / "audit"), "--reference", "step-0",
-                        "--seed", str(a.seed)], cwd=ROOT)
-    if r.returncode != 0:
-        print(f"[trl] audit exited {r.returncode}", file=sys.stderr)
+    rc = audit_samples("--samples", out / "samples.jsonl", "--gold", out / "to_label.jsonl", "--out", out / "audit",
+                       "--reference", "step-0", "--seed", a.seed)
+    if rc != 0:
+        print(f"[trl] audit exited {rc}", file=sys.stderr)
         return 1
     ans = json.loads((out / "audit" / "answer.json").read_text())
     flagged = sorted(f for f, m in ans["reward_model"].items() if m["flag"])

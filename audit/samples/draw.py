@@ -1,0 +1,221 @@
+"""python -m audit.samples draw-gold --samples FILE --per-cell N --out TO_LABEL.csv|.jsonl [--seed S]: the rows to
+give the experts, drawn as the audit's intervals need them (docs/samples.md, "The sampling design").
+
+Within every run x family cell of the samples table, a seeded simple random subset of N rows (the whole cell when
+it has fewer): the cell's rows are put in a random order (numpy's generator seeded by --seed and the cell's name)
+and the first N kept. So a larger N with the same seed keeps every row of a smaller draw (labels already paid for
+stay valid), and the same file, seed and N always draw the same rows. The rows are written in a shuffled order
+(run and family are columns, so a labeller need not see them grouped) with the columns a labeller needs:
+sample_id, run, family, prompt_id, prompt, completion and an empty `gold` to fill in.
+
+Beside it, TO_LABEL.draw.json records the draw: the samples file's sha256, the seed, N and the ids drawn. The audit
+(`--gold TO_LABEL.csv`) finds that record next to the gold file (or at --draw-record) and refuses, naming the file
+and line, gold rows that are not of that draw or a samples file that is not the one drawn from.
+
+With --from-answer PREVIOUS/answer.json it prints the previous audit's gold budget per family (the labels for
+every run's interval to be half as wide) and, when --per-cell is not given, draws that many per cell.
+
+Exit status: 0 written; 2 bad input or usage (one line per problem, nothing written); 1 internal failure."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from rlhf.atomic import atomic_write_text
+from rlhf.cli import Parser, positive_int, seed_arg
+from rlhf.errors import EXIT_OK
+
+from audit.core import claims_runner
+from audit.core.evidence import sha256_file
+from .table import FORMATS, GOLD_COLUMNS, OPTIONAL_COLUMNS, SAMPLE_COLUMNS, TableError, _read_rows, _text, read_samples
+
+COLUMNS = ("sample_id", "run", "family", "prompt_id", "prompt", "completion", "gold")
+RECORD_KIND = "audit.samples draw-gold"
+
+
+def record_path(gold_path) -> Path:
+    """Where draw-gold puts the record of a draw written to `gold_path`: TO_LABEL.draw.json beside TO_LABEL.csv."""
+    p = Path(gold_path)
+    return p.with_name(p.stem + ".draw.json")
+
+
+def cell_seed(seed: int, run: str, family: str) -> list[int]:
+    """The seed of one cell's order: --seed and a hash of the cell's name (stable across Python processes)."""
+    h = hashlib.sha256(f"{run}\x00{family}".encode()).digest()
+    return [seed, int.from_bytes(h[:8], "big")]
+
+
+def draw(sm: dict, per_cell: int, seed: int) -> list[int]:
+    """Row indices of the draw: per run x family cell (in the order of the file), the first `per_cell` of a seeded
+    random order of the cell's rows."""
+    cells: dict[tuple, list[int]] = {}
+    for i, key in enumerate(zip(sm["run"], sm["family"])):
+        cells.setdefault(key, []).append(i)
+    picked = []
+    for (run, fam), rows in cells.items():
+        order = np.random.default_rng(cell_seed(seed, run, fam)).permutation(len(rows))
+        picked += [rows[k] for k in order[:per_cell]]
+    return picked
+
+
+def budget_advice(answer_path: Path) -> tuple[int | None, list[str]]:
+    """(the labels per cell the previous audit's gold budget asks for, or None; the lines to print); raises
+    TableError naming the file when it is no answer.json of the samples door."""
+    try:
+        ans = json.loads(answer_path.read_text())
+        budget, runs = ans["gold_budget"], ans["runs"]
+        assert isinstance(budget, dict) and isinstance(runs, dict) and runs
+    except FileNotFoundError:
+        raise TableError([f"--from-answer {answer_path}: file not found"]) from None
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
+        raise TableError([f"--from-answer {answer_path}: not an answer.json of python -m audit.samples (expected "
+                          f"keys 'gold_budget' and 'runs'; {type(e).__name__}: {e})"]) from None
+    lines = [f"budget from {answer_path}:"] + [f"  {b.get('line')}" for b in budget.values() if isinstance(b, dict)]
+    need = [b.get("labels_to_halve") for b in budget.values() if isinstance(b, dict)]
+    need = [n for n in need if isinstance(n, int) and n > 0]
+    if not need:
+        lines.append("  no family's budget is a number (see the lines above): give --per-cell")
+        return None, lines
+    per_cell = math.ceil(max(need) / len(runs))
+    lines.append(f"  advice: --per-cell {per_cell} (the largest family's labels to halve every run's interval, "
+                 f"over {len(runs)} runs); with the same --seed a larger draw keeps every row of a smaller one")
+    return per_cell, lines
+
+
+def _rows_text(rows: list[dict], fmt: str) -> str:
+    if fmt == "jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
+    return buf.getvalue()
+
+
+def parser() -> Parser:
+    ap = Parser(prog="python -m audit.samples draw-gold", description=__doc__.splitlines()[0],
+                epilog="exit status: 0 written; 2 bad input or usage (nothing written); 1 internal failure")
+    ap.add_argument("--samples", required=True, help="samples table: .jsonl, .csv or .parquet")
+    ap.add_argument("--per-cell", type=positive_int, default=None, metavar="N",
+                    help="rows to label per run x family cell (all of a cell that has fewer); required unless "
+                         "--from-answer gives the advice")
+    ap.add_argument("--out", required=True, metavar="TO_LABEL",
+                    help="the rows to label: .csv or .jsonl (refused when it exists); the record of the draw "
+                         "goes beside it as TO_LABEL.draw.json")
+    ap.add_argument("--seed", type=seed_arg, default=0, help="seed of the draw (an integer in [0, 2**32 - 1])")
+    ap.add_argument("--from-answer", default=None, metavar="ANSWER",
+                    help="a previous audit's answer.json: print its gold budget per family and, without "
+                         "--per-cell, draw what it advises")
+    ap.add_argument("--column", action="append", default=[], metavar="NAME=COLUMN",
+                    help="read column NAME of the schema from COLUMN (repeatable), as the audit does; sample_id "
+                         "and gold are written under their mapped names")
+    return ap
+
+
+def main(argv) -> int:
+    a = parser().parse_args(list(argv))
+    out, problems, mapping = Path(a.out), [], {}
+    for item in a.column:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip() or not v.strip():
+            problems.append(f"--column {item}: expected NAME=COLUMN")
+        elif k.strip() not in SAMPLE_COLUMNS + OPTIONAL_COLUMNS + GOLD_COLUMNS:
+            problems.append(f"--column {item}: unknown column '{k.strip()}'; expected one of "
+                            f"{', '.join(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + ('gold',))}")
+        else:
+            mapping[k.strip()] = v.strip()
+    fmt = FORMATS.get(out.suffix.lower())
+    if fmt not in ("csv", "jsonl"):
+        problems.append(f"--out {out}: expected a .csv or .jsonl file (what the experts fill in)")
+    rec = record_path(out)
+    there = [str(p) for p in (out, rec) if p.exists()]
+    if there:
+        problems.append(f"--out {out}: {' and '.join(there)} exist{'s' * (len(there) == 1)} (labels filled in there "
+                        "would be lost): remove or choose another name")
+    per_cell, advice, sm = a.per_cell, [], None
+    if a.from_answer is not None:
+        try:
+            advised, advice = budget_advice(Path(a.from_answer))
+            per_cell = per_cell or advised
+        except TableError as e:
+            problems += e.problems
+    if per_cell is None:
+        problems.append("--per-cell: not given" + (" and the previous answer advises no number" if advice
+                                                    else " (or give --from-answer PREVIOUS/answer.json)"))
+    try:
+        sm = read_samples(a.samples, mapping)
+    except TableError as e:
+        problems += e.problems
+    if problems:
+        return claims_runner.refuse("draw-gold", problems, out)
+    for line in advice:
+        print(f"[draw-gold] {line}", flush=True)
+
+    picked = draw(sm, per_cell, a.seed)
+    order = np.random.default_rng([a.seed, 1]).permutation(len(picked))
+    col = lambda c: mapping.get(c, c)   # noqa: E731
+    rows = [{col("sample_id"): sm["sample_id"][i], "run": sm["run"][i], "family": sm["family"][i],
+             "prompt_id": sm["prompt_id"][i], "prompt": sm["prompt"][i], "completion": sm["completion"][i],
+             col("gold"): None} for i in (picked[k] for k in order)]
+    n_cells = len(set(zip(sm["run"], sm["family"])))
+    record = {"kind": RECORD_KIND, "samples": str(Path(a.samples).resolve()), "samples_sha256": sha256_file(a.samples),
+              "seed": a.seed, "per_cell": per_cell, "column_mapping": mapping, "n_samples": len(sm["sample_id"]),
+              "n_cells": n_cells, "n_drawn": len(rows), "to_label": out.name,
+              "sample_ids": sorted(sm["sample_id"][i] for i in picked)}
+    atomic_write_text(rec, json.dumps(record, indent=1) + "\n")       # the record first: data without one is plain
+    atomic_write_text(out, _rows_text(rows, fmt))
+    print(f"[draw-gold] {len(rows)} rows to label ({n_cells} run x family cells, {per_cell} per cell or all of a "
+          f"smaller one; seed {a.seed}) -> {out}; record of the draw -> {rec}. Fill in '{col('gold')}' for every "
+          f"row, then: python -m audit.samples --samples {a.samples} --gold {out} --out DIR", flush=True)
+    return EXIT_OK
+
+
+def check_record(settings: dict) -> list[str]:
+    """Problems with the gold file against the record of its draw (none when there is no record): the samples
+    file must be the one drawn from, the record must be that draw, and every gold row one of its rows."""
+    gold, given = Path(settings["gold"]), settings.get("draw_record")
+    path = Path(given) if given else record_path(gold)
+    if not path.is_file():
+        return [f"--draw-record {path}: file not found"] if given else []
+    try:
+        rec = json.loads(path.read_text())
+        ids, seed, per_cell, want = set(rec["sample_ids"]), int(rec["seed"]), int(rec["per_cell"]), rec["samples_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{path}: not a record of python -m audit.samples draw-gold (expected JSON with sample_ids, seed, "
+                f"per_cell, samples_sha256; {type(e).__name__}: {e})"]
+    samples = Path(settings["samples"])
+    if not samples.is_file():
+        return []                                   # the table reader names it
+    got = sha256_file(samples)
+    if got != want:
+        return [f"{samples}: sha256 {got[:12]}... is not the samples file {gold} was drawn from ({path}: "
+                f"{rec.get('samples')}, sha256 {want[:12]}...): audit the labels with that file, or draw again"]
+    try:
+        sm = read_samples(samples, rec.get("column_mapping") or {})
+    except TableError:
+        return []                                   # the table reader names its problems
+    if {sm["sample_id"][i] for i in draw(sm, per_cell, seed)} != ids:
+        return [f"{path}: its sample_ids are not the draw of seed {seed}, {per_cell} per cell from {samples} "
+                "(edited by hand?): draw again with python -m audit.samples draw-gold"]
+    problems: list[str] = []
+    rows = _read_rows(gold, problems)
+    if rows is None:
+        return []                                   # the table reader names it
+    key = (settings.get("mapping") or {}).get("sample_id", "sample_id")
+    bad = [(loc, s) for loc, r in rows if (s := _text(r.get(key))) is not None and s not in ids]
+    out = [f"{loc}: column '{key}': {s!r} is not one of the {len(ids)} rows drawn by draw-gold ({path}: seed {seed}, "
+           f"{per_cell} per cell): gold rows must come from that draw" for loc, s in bad[:10]]
+    if len(bad) > 10:
+        out.append(f"{gold}: ... and {len(bad) - 10} more rows not of the draw")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
