@@ -20,7 +20,7 @@ REFERENCE ?=
 help:
 	@echo "make demo      first run: build a tiny world (if missing) and certify it with the small preset -> out/demo/"
 	@echo "make certify   audit the canonical world (built if missing) -> $(OUT)/answer.json, summary.md"
-	@echo "make certify SAMPLES=f GOLD=f [REFERENCE=run]  audit runs from their logged samples (docs/samples.md)"
+	@echo "make certify SAMPLES=f GOLD=f [REFERENCE=run]  audit runs from their logged samples -> out/samples/ (docs/samples.md)"
 	@echo "make test      unit, property and end-to-end tests on the tiny world (JOBS=n workers, default one per core)"
 	@echo "make test-cpu  the tests under another CPU's kernels: CAP=default|avx2|avx512 [MKL=AVX2|AVX512] [TESTS=...]"
 	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl; its measured time: docs/samples.md)"
@@ -29,8 +29,10 @@ help:
 	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
 	@echo "make grade     judge $(OUT) against $(WORLD)'s oracle (slow: trains RMs and RL runs for the diagnosis)"
 	@echo "make install   create .venv with the pinned dependencies (idempotent)"
-	@echo "variables: TASK=dir OUT=dir SEED=n WORLD=dir STRICT=1 (certify: fail unless the policy is certified)"
-	@echo "           STRESS=n (certify: corrupted batches in the stress check, default 8)"
+	@echo "variables: TASK=dir OUT=dir SEED=n WORLD=dir STRICT=1 (certify: exit 3 unless the policy is certified;"
+	@echo "           with SAMPLES: unless a run passes the release rule)"
+	@echo "           STRESS=n (certify: corrupted batches in the stress check, default 8; with SAMPLES: the"
+	@echo "           hypothesis-drawn proxy corruptions, default 24)"
 	@echo "           RAY=address (certify: the stress batches as Ray tasks on that cluster; 'local' starts one)"
 
 $(STAMP): pyproject.toml
@@ -69,9 +71,13 @@ demo: $(STAMP)
 world: $(STAMP)
 	@test -f $(WORLD)/oracle/world.json || $(PY) -m world build --out $(WORLD) --seed $(SEED)
 
+# SAMPLES: the samples door, into out/samples unless OUT is given (origin "file": the default above)
+SAMPLES_OUT = $(if $(filter file,$(origin OUT)),out/samples,$(OUT))
+
 certify: $(STAMP)
 ifneq ($(SAMPLES),)
-	$(PY) -m audit.samples --samples $(SAMPLES) --gold $(GOLD) --out $(OUT) --seed $(SEED)$(if $(REFERENCE), --reference $(REFERENCE))
+	@if [ -z "$(GOLD)" ]; then echo "make certify SAMPLES=$(SAMPLES): GOLD=FILE is missing (the gold labels; draw the rows to label with: $(PY) -m audit.samples draw-gold --samples $(SAMPLES) --per-cell 40 --out to_label.csv)" >&2; exit 2; fi
+	$(PY) -m audit.samples --samples $(SAMPLES) --gold $(GOLD) --out $(SAMPLES_OUT) --seed $(SEED)$(if $(REFERENCE), --reference $(REFERENCE))$(if $(filter 1 yes true,$(STRICT)), --fail-if-not-certified)$(if $(STRESS), --stress-examples $(STRESS))
 else
 	@if [ "$(TASK)" = "$(WORLD)/task" ]; then $(MAKE) --no-print-directory world; fi
 	$(PY) -m audit.certify --task $(TASK) --out $(OUT) --seed $(SEED)$(if $(filter 1 yes true,$(STRICT)), --fail-if-not-certified)$(if $(STRESS), --stress-examples $(STRESS))$(if $(RAY), --ray $(RAY))
