@@ -83,7 +83,7 @@ class SamplesCallback(TrainerCallback):
         model.eval()
         try:
             texts = [p["prompt"] for p in self.prompts]
-            completions = self._generate(model, texts, step)
+            completions = [c.strip() for c in self._generate(model, texts, step)]   # logged as scored
             columns = {k: [p.get(k) for p in self.prompts] for k in self.prompts[0] if k != "prompt"}
             rewards = list(self.reward_fn(prompts=texts, completions=completions, **columns))
         finally:
@@ -92,7 +92,7 @@ class SamplesCallback(TrainerCallback):
         if len(rewards) != len(texts):
             raise ValueError(f"SamplesCallback: the reward function returned {len(rewards)} rewards for "
                              f"{len(texts)} completions")
-        rows = [self.writer.row(run, p[self.family_key], p["prompt_id"], c.strip(), r, prompt=p["prompt"], step=step)
+        rows = [self.writer.row(run, p[self.family_key], p["prompt_id"], c, r, prompt=p["prompt"], step=step)
                 for p, c, r in zip(self.prompts, completions, rewards)]
         self.writer.log_many(rows)
         self.logged.append(run)
