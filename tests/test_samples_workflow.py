@@ -31,7 +31,8 @@ def _csv(path):
 
 def _table_with_a_small_cell(tmp_path):
     rows, _, _ = make_table(n=40, n_gold=10)
-    rows = [r for r in rows if not (r["run"] == "bad" and r["family"] == "f2" and int(r["sample_id"].split("/")[2]) >= 5)]
+    small = lambda r: r["run"] == "bad" and r["family"] == "f2" and int(r["sample_id"].split("/")[2]) >= 5  # noqa: E731
+    rows = [r for r in rows if not small(r)]
     return write_jsonl(tmp_path / "s.jsonl", rows), rows
 
 
@@ -45,7 +46,8 @@ def test_draw_gold_is_seeded_per_cell_and_nested(tmp_path):
     counts = {}
     for r in a:
         counts[(r["run"], r["family"])] = counts.get((r["run"], r["family"]), 0) + 1
-    assert counts == {(run, f): 5 if (run, f) == ("bad", "f2") else 12 for run in ("reference", "good", "bad") for f in FAMS}
+    assert counts == {(run, f): 5 if (run, f) == ("bad", "f2") else 12
+                      for run in ("reference", "good", "bad") for f in FAMS}
     by_id = {r["sample_id"]: r for r in rows}
     assert all(by_id[r["sample_id"]]["completion"] == r["completion"] and by_id[r["sample_id"]]["run"] == r["run"]
                for r in a)
@@ -233,4 +235,5 @@ def test_make_certify_samples(tmp_path):
     assert r.stdout.splitlines()[-1] == ("python3 -m audit.samples --samples s.jsonl --gold g.csv --out out/samples "
                                          "--seed 0 --fail-if-not-certified --stress-examples 3"), r.stdout + r.stderr
     r = _make(tmp_path, "-n", "certify", "SAMPLES=s.jsonl", "GOLD=g.csv", "OUT=elsewhere")
-    assert r.stdout.splitlines()[-1] == "python3 -m audit.samples --samples s.jsonl --gold g.csv --out elsewhere --seed 0"
+    assert r.stdout.splitlines()[-1] == ("python3 -m audit.samples --samples s.jsonl --gold g.csv --out elsewhere "
+                                         "--seed 0")

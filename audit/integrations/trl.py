@@ -46,7 +46,8 @@ class SamplesCallback(TrainerCallback):
         self.prompts, self.reward_fn, self.tok = prompts, reward_fn, tokenizer
         self.writer = out if isinstance(out, SamplesWriter) else SamplesWriter(Path(out))
         self.every, self.max_new_tokens, self.family_key, self.seed = every, max_new_tokens, family_key, seed
-        self.temperature, self.batch_size, self.log_at_end, self.run_name = temperature, batch_size, log_at_end, run_name
+        self.temperature, self.batch_size = temperature, batch_size
+        self.log_at_end, self.run_name = log_at_end, run_name
         self.logged: list[str] = []        # runs logged by this process's callback (the file may hold earlier ones)
 
     @property

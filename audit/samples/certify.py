@@ -120,7 +120,8 @@ def settings(a) -> tuple[dict, list[str]]:
     if a.stress_examples < 0:
         problems.append(f"--stress-examples {a.stress_examples}: expected an integer >= 0")
     return {"samples": str(Path(a.samples).resolve()), "gold": str(Path(a.gold).resolve()),
-            "draw_record": str(Path(a.draw_record).resolve()) if a.draw_record else None, "reference": a.reference, "seed": a.seed, "mapping": mapping,
+            "draw_record": str(Path(a.draw_record).resolve()) if a.draw_record else None,
+            "reference": a.reference, "seed": a.seed, "mapping": mapping,
             "design": {"min_samples": a.min_samples, "min_gold": a.min_gold, "alpha": a.design_alpha,
                        "nonrandom_gold": a.nonrandom_gold, "gold_range": a.gold_range},
             "release_rule": {"min_balanced_gain": a.min_gain, "balanced_ci_lower_gt": a.gain_ci_lower,

@@ -186,7 +186,8 @@ def check_record(settings: dict) -> list[str]:
         return [f"--draw-record {path}: file not found"] if given else []
     try:
         rec = json.loads(path.read_text())
-        ids, seed, per_cell, want = set(rec["sample_ids"]), int(rec["seed"]), int(rec["per_cell"]), rec["samples_sha256"]
+        ids, want = set(rec["sample_ids"]), rec["samples_sha256"]
+        seed, per_cell = int(rec["seed"]), int(rec["per_cell"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         return [f"{path}: not a record of python -m audit.samples draw-gold (expected JSON with sample_ids, seed, "
                 f"per_cell, samples_sha256; {type(e).__name__}: {e})"]
