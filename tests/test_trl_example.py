@@ -1,8 +1,10 @@
 """examples/trl end to end: a tiny randomly initialised GPT-2 trained by TRL's GRPOTrainer against a reward
-corrupted on two slices, its checkpoints' samples logged by a TRL callback, a random subset labelled with the true
-function, then python -m audit.samples. The example exits 0 only when the audit named exactly the corrupted
-slices and shipped no checkpoint whose true quality fell on them (examples/trl/run.py). Needs .[trl]:
-`make test-trl` (deselected from make test by the `trl` marker)."""
+corrupted on two slices, its checkpoints' samples logged by the packaged callback (audit.integrations.trl), the
+rows to label drawn by `python -m audit.samples draw-gold` and labelled with the true function, then
+python -m audit.samples. The example exits 0 only when the audit named exactly the corrupted slices and shipped no
+checkpoint whose true quality fell on them (examples/trl/run.py). Beside it, the callback on its own and a
+GRPOTrainer run stopped and resumed from its checkpoint. Needs .[trl]: `make test-trl` (deselected from make test
+by the `trl` marker)."""
 import json
 import subprocess
 import sys
