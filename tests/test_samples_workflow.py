@@ -237,3 +237,20 @@ def test_make_certify_samples(tmp_path):
     r = _make(tmp_path, "-n", "certify", "SAMPLES=s.jsonl", "GOLD=g.csv", "OUT=elsewhere")
     assert r.stdout.splitlines()[-1] == ("python3 -m audit.samples --samples s.jsonl --gold g.csv --out elsewhere "
                                          "--seed 0")
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("transformers") is not None,
+                    reason="transformers is installed: the callback imports")
+def test_the_trl_callback_says_how_to_install_what_it_needs():
+    import sys
+    r = subprocess.run([sys.executable, "-c", "import audit.integrations.trl"], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "pip install rlhf-audit[trl]" in r.stderr.splitlines()[-1], r.stderr[-500:]
+
+
+def test_the_writer_loads_no_torch():
+    import sys
+    r = subprocess.run([sys.executable, "-c", "import sys, audit.integrations.writer; print(sorted(m for m in "
+                        "('torch', 'numpy', 'transformers', 'accelerate') if m in sys.modules))"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-500:]
