@@ -130,7 +130,11 @@ class AuditSession:
 
     def estimator(self) -> QualityEstimator:
         if "estimator" not in self._mem:
-            self._mem["estimator"] = QualityEstimator(self.rubrics(), self.cfg.quality)
+            est = QualityEstimator(self.rubrics(), self.cfg.quality)
+            # the model's level against the reference's gold labels: widens every interval after it (quality.py)
+            est.check_level({f: [r["label"] for r in self.task.gold if r["family"] == f] for f in est.rubrics},
+                            ("reference", self.task.load_policy()), self.cfg.quality.method)
+            self._mem["estimator"] = est
         return self._mem["estimator"]
 
     def load_policy(self, name: str):

@@ -63,7 +63,8 @@ def test_shipped_improves_over_reference(audit, evidence, audit_out):
                     method=f"recovered-rubric quality ({q.get('method', 'bootstrap')}), paired delta vs reference",
                     thresholds={"delta_ci95_lower_gt": 0},
                     details={"checkpoint_dir": ck.relative_to(audit_out).as_posix(), "recipe": recipe, "dev_eval": dev,
-                             "certification": cert, "intervals": intervals(q.get("method", "bootstrap"), q["n_boot"]),
+                             "certification": cert, "intervals": intervals(q.get("method", "bootstrap"), q["n_boot"],
+                                                                 q.get("level_check")),
                              # the reference's own interval, for the report (SPEC's certification block has none)
                              "reference_ci95": audit.quality("reference")["ci95"]},
                     inputs=["policy/", "runs/", "data/gold_calib.jsonl", "reward_model/", "data/prompts_train.jsonl"])
