@@ -60,3 +60,29 @@ def certified_tiny(tiny_world, tmp_path_factory):
 
     out = _built_once(tmp_path_factory, "certify", make)
     return out, json.loads((out.parent / f"{out.name}.log.json").read_text())
+
+
+# Long tests that need the tiny world, in the order they should start once it exists (measured by
+# `make test` with --durations: the diagnosis bench ~90 s, the crash chain ~70 s, a stress round ~60 s a worker).
+_LONG_FIRST = ("test_diagnosis_bench.py", "test_crash_safety.py", "test_stress.py", "test_world.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Order the run for pytest-xdist's workers (they take tests round robin, in this order): first one test
+    that needs the shared certify run, so one worker builds the tiny world and certifies it at once; then every
+    test that needs no world, which the other workers run meanwhile instead of waiting on the build's lock; then
+    the tests that need the world, the long ones first so that none of them starts last. Same order in every
+    worker (a pure function of the collected items)."""
+    def needs(item, name):
+        return name in getattr(item, "fixturenames", ())
+    first = next((i for i in items if needs(i, "certified_tiny")), None)
+
+    def key(pair):
+        k, item = pair
+        if item is first:
+            return (0, 0, k)
+        if not needs(item, "tiny_world"):
+            return (1, 0, k)
+        mod = item.path.name
+        return (2, _LONG_FIRST.index(mod) if mod in _LONG_FIRST else len(_LONG_FIRST), k)
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
