@@ -24,6 +24,8 @@ from rlhf.atomic import atomic_write_text
 from rlhf.errors import EXIT_FINDING, InputError, run_cli
 from rlhf.cli import Parser
 
+from audit.core import out_lock
+
 EXIT_DIFFERENT = EXIT_FINDING      # the comparison ran and the answers differ: a finding, not a failure (exit 1)
 PROG = "python -m audit.compare"
 TASK, SAMPLES = "task", "samples"
@@ -124,7 +126,8 @@ def _check_values(a: dict, p) -> None:
 def load_answer(p: Path) -> tuple[dict, str]:
     """An answer.json and its door, checked for what compare reads (InputError naming the file and key)."""
     try:
-        text = p.read_text()
+        with out_lock.reading(p.parent):      # not while a run swaps its report into that OUT
+            text = p.read_text()
     except IsADirectoryError:
         raise InputError(f"{p}: is a directory; expected an answer.json file") from None
     except FileNotFoundError:

@@ -11,6 +11,7 @@ Exit status (as audit.certify):
   2  bad input or usage: one line per problem on stderr (file, line or row, column, what was expected); nothing
      is written, not even OUT itself
   1  an internal failure (the checks produced no evidence, or rendering failed); a previous answer.json is kept
+One run at a time per OUT (audit/core/out_lock.py): a second run on an OUT in use exits 2 at once, naming the holder.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from pathlib import Path
 from rlhf.cli import Parser, positive_float, positive_int, seed_arg
 from rlhf.errors import EXIT_INTERNAL, EXIT_OK
 
-from audit.core import claims_runner
+from audit.core import claims_runner, out_lock
 from audit.core.claims_runner import ROOT, run_claims_and_render
 
 STAGING = ".staging"
@@ -122,20 +123,35 @@ def main(argv=None) -> int:
     cfg, problems = settings(a)
     if problems:
         return refuse(problems, out)
+    command = shlex.join([Path(sys.executable).name, "-m", "audit.samples", *argv])
+    try:
+        lock = out_lock.acquire(out, command)    # before reading the tables: a second run on OUT stops at once
+    except out_lock.OutInUse as e:
+        return refuse([str(e)], out)
+    except OSError as e:
+        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
+    try:
+        return _run(a, out, cfg, command, lock)
+    finally:
+        lock.release()
+
+
+def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
     from .session import load_table
     try:
         table, reference = load_table(cfg)
     except ValueError as e:
+        lock.undo()            # OUT as it was: not even created when it did not exist
         return refuse(getattr(e, "problems", [str(e)]), out)
     cfg["reference"] = reference
 
     t0 = time.time()
     staging = out / STAGING
     try:
-        out.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
     except OSError as e:
+        lock.undo()
         return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
     settings_file, evidence = staging / "settings.json", staging / "evidence.json"
     settings_file.write_text(json.dumps(cfg, indent=2))
@@ -143,7 +159,6 @@ def main(argv=None) -> int:
     print(f"[samples] {len(table.sample_id)} samples, {n_gold} gold rows, {len(table.runs)} runs x "
           f"{len(table.families)} families; reference '{reference}'; running the claims in checks/samples/ "
           f"(seed {a.seed})", flush=True)
-    command = shlex.join([Path(sys.executable).name, "-m", "audit.samples", *argv])
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "samples"), "-q", "-p", "no:cacheprovider",
            "--rootdir", str(ROOT), "--samples-settings", str(settings_file), "--seed", str(a.seed),
            "--evidence", str(evidence), "--audit-command", command, "-o", "console_output_style=count",
