@@ -97,6 +97,10 @@ def test_undo_leaves_no_trace(tmp_path):
     (existing / "answer.json").write_text("old")
     acquire(existing, "refused later").undo()
     assert sorted(p.name for p in existing.iterdir()) == ["answer.json"]
+    acquire(existing, "an earlier run").release()
+    line = (existing / LOCK).read_bytes()
+    acquire(existing, "refused later").undo()
+    assert (existing / LOCK).read_bytes() == line, "the earlier holder's line is put back"
 
 
 def test_readers_wait_for_a_swap_and_refuse_a_half_swapped_out(tmp_path):

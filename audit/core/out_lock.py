@@ -55,8 +55,8 @@ def _holder(path: Path, wait: float = 1.0) -> str:
 class OutLock:
     """The run lock on one OUT, held until release() (or the process's end)."""
 
-    def __init__(self, out: Path, fd: int, created: list[Path], made_file: bool):
-        self.out, self.fd, self.created, self.made_file = out, fd, created, made_file
+    def __init__(self, out: Path, fd: int, created: list[Path], made_file: bool, previous: bytes):
+        self.out, self.fd, self.created, self.made_file, self.previous = out, fd, created, made_file, previous
 
     def release(self) -> None:
         if self.fd is not None:
@@ -65,12 +65,16 @@ class OutLock:
 
     def undo(self) -> None:
         """Release, and remove what acquire() created (the lock file; OUT and its missing parents, when they hold
-        nothing else): a run refused after taking the lock leaves OUT as it found it, but for the holder line in
-        an OUT/.lock that was there before. Unlinking the file while holding it is safe: acquire() re-checks that
-        the file it locked is still the one at OUT/.lock."""
-        if self.made_file and self.fd is not None:
+        nothing else), and put back the line an OUT/.lock held before: a run refused after taking the lock leaves
+        OUT's bytes as it found them. Unlinking the file while holding it is safe: acquire() re-checks that the
+        file it locked is still the one at OUT/.lock."""
+        if self.fd is not None:
             try:
-                (self.out / LOCK).unlink()
+                if self.made_file:
+                    (self.out / LOCK).unlink()
+                else:
+                    os.ftruncate(self.fd, 0)
+                    os.pwrite(self.fd, self.previous, 0)
             except OSError:
                 pass
         self.release()
@@ -118,9 +122,10 @@ def acquire(out, command: str) -> OutLock:
         os.close(fd)      # a refused run that had created OUT removed this file (undo): lock the one now there
     info = {"pid": os.getpid(), "host": socket.gethostname(),
             "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), "command": command}
+    previous = os.pread(fd, 1 << 16, 0)
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-    return OutLock(out, fd, created, made_file)
+    return OutLock(out, fd, created, made_file, previous)
 
 
 def _dir_fd(out: Path) -> int:
