@@ -195,3 +195,15 @@ def test_render_cli_on_an_out_in_use(tmp_path, holder):
     r = subprocess.run([sys.executable, "-m", "audit.render", "--evidence", str(tmp_path / "evidence.json"),
                         "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     _busy(r, p, out, before)
+
+
+def test_the_line_of_an_earlier_holder_is_not_named(tmp_path):
+    """Between taking the lock and writing its line, a holder leaves the previous holder's line in OUT/.lock for
+    a moment: a refused run does not name a dead process (it waits for the line, then says it has none)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / LOCK
+    path.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "started": "then", "command": "x"}))
+    assert out_lock._holder(path, wait=0.2) == f"a run that did not record itself in {path}"
+    path.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": "now", "command": "y"}))
+    assert out_lock._holder(path, wait=0.2) == f"pid {os.getpid()} on {socket.gethostname()}, started now: y"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rlhf.errors import InputError
 
-LOCK = ".lock"          # the run lock's file, in OUT: never deleted once a run held it
+LOCK = ".lock"          # the run lock's file, in OUT: kept (only a refused run removes the one it created)
 SWAP = ".swap"          # present while (or after a crash during) a swap of the report into OUT
 READ_TIMEOUT = 120.0    # a reader waits this long for a swap in progress (a swap takes seconds: figures)
 
@@ -39,12 +39,24 @@ class OutInUse(InputError):
     """OUT is held by another run (its pid, host, start time and command in the message)."""
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:      # another user's process
+        return True
+    return True
+
+
 def _holder(path: Path, wait: float = 1.0) -> str:
     """Who holds the lock, from what it wrote into `path` (read-only: the refused run touches nothing)."""
     deadline = time.monotonic() + wait
     while True:        # the holder writes its line right after taking the lock: give it a moment
         try:
             h = json.loads(path.read_text())
+            if h["host"] == socket.gethostname() and not _alive(h["pid"]):
+                raise ValueError("the line of an earlier holder, not yet replaced")
             return f"pid {h['pid']} on {h['host']}, started {h['started']}: {h['command']}"
         except (OSError, ValueError, KeyError, TypeError):
             if time.monotonic() >= deadline:
@@ -194,7 +206,7 @@ def reading(out, timeout: float = READ_TIMEOUT):
                 time.sleep(0.05)
         if (out / SWAP).exists():
             raise InputError(f"{out}: half-swapped: a run was killed while swapping its report in ({out / SWAP} "
-                             "is left); run the audit into it again (or audit.render its evidence.json)")
+                             "is left); run the audit into it again")
         yield
     finally:
         os.close(fd)
