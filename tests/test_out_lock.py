@@ -163,8 +163,8 @@ def test_samples_cli_on_an_out_in_use(tmp_path, holder):
     p = holder(out)
     (out / "answer.json").write_text("a previous answer")
     before = _snapshot(out)
-    r = subprocess.run([sys.executable, "-m", "audit.samples", "--samples", str(s), "--gold", str(g), "--out", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "audit.samples", "--samples", str(s), "--gold", str(g),
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     _busy(r, p, out, before)
 
 

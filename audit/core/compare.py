@@ -11,7 +11,9 @@ the certified run's and each run's gain over the reference, and each family's pr
 larger of the two CI half-widths; a difference at or above it is reported as outside. Exit 0 when every decision
 agrees and every difference is inside its half-width, 3 when not (a finding, as audit.certify's 3 is), 2 on bad
 input (an answer missing a key compare reads, a CI that is not [lo, hi], NaN or infinity anywhere: the file and
-key named; nothing written), 1 only for an internal failure.
+key named; nothing written), 1 only for an internal failure. Each answer.json is read under its directory's swap
+lock (audit/core/out_lock.py): never while a run swaps its report in; an OUT a killed run left half-swapped is
+refused (exit 2).
 """
 from __future__ import annotations
 
