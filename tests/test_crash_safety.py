@@ -42,7 +42,8 @@ KILL_POINTS = [
     ("rendering", r"\[certify\] rendering"),
 ]
 PRESEEDED = ("diagnostic", "stress")
-OUTPUTS = re.compile(r"answer\.json|summary\.md|evidence\.json|claims\.log|figures/[a-z_]+\.png|checkpoint/(policy\.safetensors|config\.json)")
+OUTPUTS = re.compile(r"answer\.json|summary\.md|evidence\.json|claims\.log|figures/[a-z_]+\.png|checkpoint/(policy\.safetensors|config\.json)"
+                     r"|\.lock|\.swap")     # OUT's lock file (kept); the mark of a swap that a kill interrupted
 
 
 def _children(pid: int) -> list[int]:
@@ -107,6 +108,8 @@ def assert_no_partial_output(out: Path, baseline: Path):
             pickle.loads(p.read_bytes())                      # complete (atomic write)
             continue
         assert OUTPUTS.fullmatch(rel), f"unexpected file in OUT: {rel}"
+        if rel in (".lock", ".swap"):     # a holder's line; a mark: not outputs
+            continue
         if rel == "claims.log":      # pytest's report ends with its duration: whole, and the same counts
             last, base = p.read_text().splitlines()[-1], (baseline / rel).read_text().splitlines()[-1]
             assert re.search(r"\d+ (passed|failed)", last), last
@@ -147,4 +150,5 @@ def test_killed_runs_resume_to_the_same_answer(certified_tiny, tiny_world, tmp_p
         assert (out / f).read_bytes() == (baseline / f).read_bytes(), f
     assert_no_partial_output(out, baseline)
     assert not (out / ".staging").exists() and not list(out.rglob("*.tmp"))
+    assert not (out / ".swap").exists(), "the completing run left its swap marked"
     print(f"{len(KILL_POINTS)} kills and the completing run: {time.time() - t0:.0f}s")

@@ -107,14 +107,14 @@ def test_nonrandom_gold_refused_or_widened(tmp_path, capsys):
     assert a.runs["good"]["per_family"]["f1"]["widened"] is False
 
 
-def test_estimates_verdicts_and_coverage():
+def test_estimates_verdicts_and_coverage(tmp_path):
     """The cells' intervals cover their true means at the stated rate (180 simulated cells); the release rule passes
     the run that improves everywhere and names the family the other one lost; the interval with the proxy is never
     wider than the gold-only one (it is the lam = 0 case of the same statistic), and narrower with a good proxy."""
     covered, ratios = [], []
     for seed in range(20):
         rows, gold, truth = make_table(seed=seed, n=300, n_gold=30)
-        t = load_rows(rows, gold)
+        t = load_rows(tmp_path, rows, gold)
         a = SamplesAudit(t, "reference", SamplesConfig(seed=seed))
         for r, v in a.runs.items():
             for f, p in v["per_family"].items():
@@ -131,7 +131,7 @@ def test_estimates_verdicts_and_coverage():
     assert np.mean(covered) >= 0.95 - 2 * np.sqrt(0.95 * 0.05 / len(covered)), np.mean(covered)
     assert max(ratios) <= 1.0 + 1e-9
     rows, gold, _ = make_table(seed=0, n=300, n_gold=100, proxy_noise=0.02)
-    a = SamplesAudit(load_rows(rows, gold), "reference", SamplesConfig(seed=0))
+    a = SamplesAudit(load_rows(tmp_path, rows, gold), "reference", SamplesConfig(seed=0))
     good = [p["width_ratio"] for v in a.runs.values() for p in v["per_family"].values()]
     assert np.median(good) < 1.0 and min(good) < 0.95, good      # a near-perfect proxy narrows the interval
 
@@ -139,23 +139,24 @@ def test_estimates_verdicts_and_coverage():
 _exact_cache = {}
 
 
-def load_rows(rows, gold, tmp=Path("/tmp")):
+def load_rows(tmp_path, rows, gold):
+    """The table of rows and gold rows, through files in a fresh dir under pytest's tmp_path (pytest removes it)."""
     import tempfile
-    d = Path(tempfile.mkdtemp())
+    d = Path(tempfile.mkdtemp(dir=tmp_path))
     return load(write_jsonl(d / "s.jsonl", rows), write_jsonl(d / "g.jsonl", gold))
 
 
-def test_flags_gamed_family_and_stress():
+def test_flags_gamed_family_and_stress(tmp_path):
     from audit.samples.stress import corrupt, stress
     rows, gold, _ = make_table(seed=1, n=150, n_gold=40, slope={"f1": 1.0, "f2": 1.0, "f3": -1.0})
-    t = load_rows(rows, gold)
+    t = load_rows(tmp_path, rows, gold)
     a = SamplesAudit(t, "reference", SamplesConfig(n_resamples=500))
     ag = a.proxy_agreement
     assert ag["f3"]["ci95"][1] < 0 and ag["f1"]["ci95"][0] > 0.2
     # corruptions: shuffling destroys agreement, rescaling keeps it and is caught by the scale ratio
     sh = corrupt(t, {"f1": ("shuffle", 3)})
     assert abs(np.corrcoef(sh[t.family == "f1"], t.proxy[t.family == "f1"])[0, 1]) < 0.3
-    clean = load_rows(*make_table(seed=2, n=150, n_gold=40)[:2])
+    clean = load_rows(tmp_path, *make_table(seed=2, n=150, n_gold=40)[:2])
     sc = corrupt(clean, {"f2": ("rescale", 4.0)})
     scale = SamplesAudit(clean, "reference", a.cfg).scale(sc)["f2"]
     assert scale["ratio"] == pytest.approx(4.0, rel=0.25) and scale["ci95"][0] > 2.0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rlhf.errors import EXIT_BAD_INPUT
 
+from . import out_lock
 from .report import by_role
 
 ROOT = Path(__file__).resolve().parents[2]     # the repository: pytest runs here, on checks/ by path
@@ -27,8 +28,9 @@ except (OSError, AttributeError):
 
 def _die_with_parent(parent_pid: int):
     """preexec_fn for the pytest child: on Linux the kernel sends it SIGKILL when certify dies (kill -9 included),
-    so that no orphan keeps writing into OUT after a crash. A no-op elsewhere. libc is looked up before the fork:
-    only the prctl call itself runs in the child."""
+    so that no orphan keeps writing into OUT after a crash. The child does not hold OUT's lock (out_lock: its fd
+    is close-on-exec); it works under its parent's, and both end together. A no-op elsewhere. libc is looked up
+    before the fork: only the prctl call itself runs in the child."""
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent_pid:   # certify died before the prctl took effect
@@ -82,11 +84,14 @@ def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures:
         print(f"[{prefix}] {line}", flush=True)
     print(f"[{prefix}] rendering answer.json, summary.md, figures/", flush=True)
     try:
-        answer = render(evidence, out, figures=figures)
+        with out_lock.swapping(out):     # readers (out_lock.reading) wait for the whole swap
+            answer = render(evidence, out, figures=figures)
+            os.replace(log, out / LOG)  # same filesystem (the staging dir is inside OUT): atomic
     except Exception as e:   # noqa: BLE001 - report and keep the previous answer.json
-        print(f"[{prefix}] rendering failed, previous outputs kept: {e} (pytest's report: {log})", file=sys.stderr)
+        kept = (f"{out / out_lock.SWAP} marks OUT half-swapped until a run completes"
+                if (out / out_lock.SWAP).exists() else "previous outputs kept")
+        print(f"[{prefix}] rendering failed, {kept}: {e} (pytest's report: {log})", file=sys.stderr)
         return None
-    os.replace(log, out / LOG)          # same filesystem (the staging dir is inside OUT): atomic
     shutil.rmtree(evidence.parent, ignore_errors=True)
     return answer
 

@@ -11,7 +11,9 @@ the certified run's and each run's gain over the reference, and each family's pr
 larger of the two CI half-widths; a difference at or above it is reported as outside. Exit 0 when every decision
 agrees and every difference is inside its half-width, 3 when not (a finding, as audit.certify's 3 is), 2 on bad
 input (an answer missing a key compare reads, a CI that is not [lo, hi], NaN or infinity anywhere: the file and
-key named; nothing written), 1 only for an internal failure.
+key named; nothing written), 1 only for an internal failure. Each answer.json is read under its directory's swap
+lock (audit/core/out_lock.py): never while a run swaps its report in; an OUT a killed run left half-swapped is
+refused (exit 2).
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from pathlib import Path
 from rlhf.atomic import atomic_write_text
 from rlhf.errors import EXIT_FINDING, InputError, run_cli
 from rlhf.cli import Parser
+
+from audit.core import out_lock
 
 EXIT_DIFFERENT = EXIT_FINDING      # the comparison ran and the answers differ: a finding, not a failure (exit 1)
 PROG = "python -m audit.compare"
@@ -124,7 +128,8 @@ def _check_values(a: dict, p) -> None:
 def load_answer(p: Path) -> tuple[dict, str]:
     """An answer.json and its door, checked for what compare reads (InputError naming the file and key)."""
     try:
-        text = p.read_text()
+        with out_lock.reading(p.parent):      # not while a run swaps its report into that OUT
+            text = p.read_text()
     except IsADirectoryError:
         raise InputError(f"{p}: is a directory; expected an answer.json file") from None
     except FileNotFoundError:

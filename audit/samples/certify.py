@@ -17,6 +17,7 @@ Exit status (as audit.certify):
 
 A gold file written by draw-gold is checked against the record of its draw (GOLD's sibling NAME.draw.json, or
 --draw-record): the samples file's sha256 and every gold row's id (audit.samples.draw.check_record).
+One run at a time per OUT (audit/core/out_lock.py): a second run on an OUT in use exits 2 at once, naming the holder.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from rlhf.cli import Parser, positive_float, positive_int, seed_arg
 from rlhf.errors import EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
-from audit.core import claims_runner
+from audit.core import claims_runner, out_lock
 from audit.core.claims_runner import ROOT, run_claims_and_render
 
 STAGING = ".staging"
@@ -142,6 +143,20 @@ def main(argv=None) -> int:
     cfg, problems = settings(a)
     if problems:
         return refuse(problems, out)
+    command = shlex.join([Path(sys.executable).name, "-m", "audit.samples", *argv])
+    try:
+        lock = out_lock.acquire(out, command)    # before reading the tables: a second run on OUT stops at once
+    except out_lock.OutInUse as e:
+        return refuse([str(e)], out)
+    except OSError as e:
+        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
+    try:
+        return _run(a, out, cfg, command, lock)
+    finally:
+        lock.release()
+
+
+def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
     from .draw import check_record
     from .session import load_table
     problems = check_record(cfg)
@@ -150,16 +165,17 @@ def main(argv=None) -> int:
     except ValueError as e:
         problems += getattr(e, "problems", [str(e)])
     if problems:
+        lock.undo()            # OUT as it was: not even created when it did not exist
         return refuse(problems, out)
     cfg["reference"] = reference
 
     t0 = time.time()
     staging = out / STAGING
     try:
-        out.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
     except OSError as e:
+        lock.undo()
         return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
     settings_file, evidence = staging / "settings.json", staging / "evidence.json"
     settings_file.write_text(json.dumps(cfg, indent=2))
@@ -167,7 +183,6 @@ def main(argv=None) -> int:
     print(f"[samples] {len(table.sample_id)} samples, {n_gold} gold rows, {len(table.runs)} runs x "
           f"{len(table.families)} families; reference '{reference}'; running the claims in checks/samples/ "
           f"(seed {a.seed})", flush=True)
-    command = shlex.join([Path(sys.executable).name, "-m", "audit.samples", *argv])
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "samples"), "-q", "-p", "no:cacheprovider",
            "--rootdir", str(ROOT), "--samples-settings", str(settings_file), "--seed", str(a.seed),
            "--evidence", str(evidence), "--audit-command", command, "-o", "console_output_style=count",

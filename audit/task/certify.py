@@ -14,7 +14,9 @@ Exit status:
      over the reference (for CI that gates on the certification itself)
 
 Every file under OUT is written atomically (temp file + rename); temp files live in OUT/.staging, which each
-run empties first, so a kill -9 at any point leaves no half-written output."""
+run empties first, so a kill -9 at any point leaves no half-written output. One run at a time per OUT: the run
+holds OUT's lock (audit/core/out_lock.py) from the moment its arguments are checked; a second run on the same OUT
+exits 2 at once, naming the holder (pid, host, start time, command), and touches nothing."""
 from __future__ import annotations
 
 import shlex
@@ -26,7 +28,7 @@ from pathlib import Path
 from rlhf.cli import Parser, seed_arg
 from rlhf.errors import EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
-from audit.core import claims_runner
+from audit.core import claims_runner, out_lock
 from audit.core.claims_runner import ROOT, run_claims_and_render
 
 STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
@@ -62,29 +64,45 @@ def main(argv=None) -> int:
         return refuse([f"--out {out}: exists and is not a directory"], out)
     if a.stress_examples is not None and a.stress_examples < 0:
         return refuse([f"--stress-examples {a.stress_examples}: expected an integer >= 0"], out)
+    command = shlex.join([Path(sys.executable).name, "-m", "audit.certify", *argv])
+    try:
+        lock = out_lock.acquire(out, command)    # first, before any slow check: a second run on OUT stops at once
+    except out_lock.OutInUse as e:
+        return refuse([str(e)], out)
+    except OSError as e:
+        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
+    try:
+        return _run(a, out, task, command, lock)
+    finally:
+        lock.release()
+
+
+def _run(a, out: Path, task: Path, command: str, lock) -> int:
+    def refused(lines):
+        lock.undo()                    # OUT as it was: not even created when it did not exist
+        return refuse(lines, out)
+
     if a.ray is not None and a.ray != "local":
         from .stress_ray import check_reachable
         try:
             check_reachable(a.ray)     # here, not in the stress stage an hour in: exit 2, nothing written
         except RuntimeError as e:
-            return refuse([str(e)], out)
+            return refused([str(e)])
 
     from .task_dir import validate   # imports torch: after the usage checks, which need none of it
     problems = validate(task)
     if problems:
-        return refuse(problems, out)
+        return refused(problems)
 
     t0 = time.time()
     staging = out / STAGING
     try:
-        out.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)    # debris of a run that was killed
         staging.mkdir()
     except OSError as e:
-        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
+        return refused([f"--out {out}: cannot be written ({e.strerror})"])
     evidence = staging / "evidence.json"
     print(f"[certify] running the claims in checks/ on {task} (seed {a.seed}, preset {a.preset})", flush=True)
-    command = shlex.join([Path(sys.executable).name, "-m", "audit.certify", *argv])
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "task"), "-q", "-p", "no:cacheprovider", "--rootdir",
            str(ROOT), "--task", str(task.resolve()), "--seed", str(a.seed), "--evidence", str(evidence),
            "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "--audit-command", command,

@@ -49,14 +49,16 @@ report with a hollow one. Bad input is `python -m audit.render: error: ...`, one
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from rlhf.atomic import atomic_write_text
 from rlhf.cli import Parser
-from rlhf.errors import InputError, run_cli
+from rlhf.errors import BAD_INPUT, InputError, run_cli
 
-from audit.core import report
+from audit.core import out_lock, report
 from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
 from audit.core.hazard import FIFTH
 from audit.core.report import AnswerSchemaError  # noqa: F401  (what render() raises on a schema violation)
@@ -326,6 +328,24 @@ def render(evidence_path, out_dir, *, rule_text: str | None = None, figures: boo
 PROG = "python -m audit.render"
 
 
+def _render_locked(args, out: Path) -> dict:
+    """render() under OUT's swap lock, reading --evidence under its own directory's (out_lock.reading) unless it
+    is OUT itself (whose run lock this command holds: a half-swapped OUT is completed from its evidence.json)."""
+    ev_dir = Path(args.evidence).parent
+    same = not ev_dir.is_dir() or os.path.samefile(ev_dir, out)
+    locks = [(out, out_lock.swapping)] + ([] if same else [(ev_dir, out_lock.reading)])
+    with ExitStack() as held:
+        for d, lock in sorted(locks, key=lambda x: os.stat(x[0]).st_ino):   # one order for all: no deadlock
+            held.enter_context(lock(d))
+        try:
+            return render(args.evidence, out, rule_text=args.rule_text, figures=not args.no_figures, complete=True)
+        except InputError:
+            raise
+        except ValueError as e:       # malformed evidence, or an answer the schema refuses (the evidence file is this
+            # command's input: tests/test_render.py's schema test): nothing written
+            raise InputError(str(e)) from None
+
+
 def _main(argv=None) -> int:
     ap = Parser(prog=PROG, description=__doc__.split("\n")[0],
                                  epilog="exit status: 0 rendered; 2 bad input or usage (nothing written); "
@@ -339,12 +359,17 @@ def _main(argv=None) -> int:
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
     try:
-        answer = render(args.evidence, out, rule_text=args.rule_text, figures=not args.no_figures, complete=True)
-    except InputError:
+        lock = out_lock.acquire(out, shlex.join([Path(sys.executable).name, "-m", "audit.render",
+                                                 *map(str, sys.argv[1:] if argv is None else argv)]))
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot be written ({e.strerror})") from None
+    try:
+        answer = _render_locked(args, out)
+    except (*BAD_INPUT, ValueError):
+        lock.undo()                   # nothing written: not even OUT when it did not exist
         raise
-    except ValueError as e:           # malformed evidence, or an answer the schema refuses (the evidence file is this
-        # command's input: tests/test_render.py's schema test): nothing written
-        raise InputError(str(e)) from None
+    finally:
+        lock.release()
     cert = answer["certification"]
     print(f"wrote {out / 'answer.json'}: improved_over_reference={cert['improved_over_reference']}, "
           f"checks passed={answer['checks']['passed']} failed={answer['checks']['failed']}")
