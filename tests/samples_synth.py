@@ -33,3 +33,14 @@ def make_table(seed=0, runs=None, n=200, n_gold=40, slope=None, noise=0.05, prox
 def write_jsonl(path: Path, rows) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def refused(tmp_path, capsys, s, g, *extra):
+    """`python -m audit.samples` on samples file s and gold file g, expected to refuse: exit 2, OUT not created;
+    returns the error lines."""
+    from audit.samples.certify import main as samples_main
+    out = tmp_path / "out"
+    rc = samples_main(["--samples", str(s), "--gold", str(g), "--out", str(out), *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and not out.exists(), err
+    return [line for line in err.splitlines() if line.startswith("error: ")]

@@ -13,7 +13,7 @@ import pytest
 from audit.samples.certify import main as samples_main
 from audit.samples.estimates import SamplesAudit, SamplesConfig
 from audit.samples.table import DesignConfig, TableError, load
-from tests.samples_synth import FAMS, make_table, write_jsonl
+from tests.samples_synth import FAMS, make_table, refused as _refused, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,12 +22,6 @@ def _files(tmp_path, rows, gold, name="t"):
     return write_jsonl(tmp_path / f"{name}_samples.jsonl", rows), write_jsonl(tmp_path / f"{name}_gold.jsonl", gold)
 
 
-def _refused(tmp_path, capsys, s, g, *extra):
-    out = tmp_path / "out"
-    rc = samples_main(["--samples", str(s), "--gold", str(g), "--out", str(out), *extra])
-    err = capsys.readouterr().err
-    assert rc == 2 and not out.exists(), err
-    return [line for line in err.splitlines() if line.startswith("error: ")]
 
 
 def test_formats_and_column_mapping(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from audit.integrations.writer import SamplesWriter
 from audit.samples.certify import main as samples_main
-from tests.samples_synth import FAMS, make_table, write_jsonl
+from tests.samples_synth import FAMS, make_table, refused as _refused, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,14 +92,6 @@ def test_from_answer_advice(tmp_path, capsys):
     assert samples_main(["draw-gold", "--samples", str(s), "--out", str(tmp_path / "n.csv"), "--from-answer",
                          str(tmp_path / "bad.json")]) == 2
     assert "not an answer.json of python -m audit.samples" in capsys.readouterr().err
-
-
-def _refused(tmp_path, capsys, s, g, *extra):
-    out = tmp_path / "out"
-    rc = samples_main(["--samples", str(s), "--gold", str(g), "--out", str(out), *extra])
-    err = capsys.readouterr().err
-    assert rc == 2 and not out.exists(), err
-    return [line for line in err.splitlines() if line.startswith("error: ")]
 
 
 def test_the_audit_checks_the_record_of_the_draw(tmp_path, capsys):

@@ -140,6 +140,21 @@ def acquire(out, command: str) -> OutLock:
     return OutLock(out, fd, created, made_file, previous)
 
 
+def run_holding(out, command: str, refuse, run) -> int:
+    """A CLI's body under OUT's run lock: run(lock)'s exit status, the lock released after it; OUT in use or not
+    writable goes through refuse(lines, out) (exit 2, nothing touched)."""
+    try:
+        lock = acquire(out, command)
+    except OutInUse as e:
+        return refuse([str(e)], out)
+    except OSError as e:
+        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
+    try:
+        return run(lock)
+    finally:
+        lock.release()
+
+
 def _dir_fd(out: Path) -> int:
     return os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 

@@ -144,16 +144,8 @@ def main(argv=None) -> int:
     if problems:
         return refuse(problems, out)
     command = shlex.join([Path(sys.executable).name, "-m", "audit.samples", *argv])
-    try:
-        lock = out_lock.acquire(out, command)    # before reading the tables: a second run on OUT stops at once
-    except out_lock.OutInUse as e:
-        return refuse([str(e)], out)
-    except OSError as e:
-        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
-    try:
-        return _run(a, out, cfg, command, lock)
-    finally:
-        lock.release()
+    # before reading the tables: a second run on OUT stops at once
+    return out_lock.run_holding(out, command, refuse, lambda lock: _run(a, out, cfg, command, lock))
 
 
 def _run(a, out: Path, cfg: dict, command: str, lock) -> int:

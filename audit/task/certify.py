@@ -65,16 +65,8 @@ def main(argv=None) -> int:
     if a.stress_examples is not None and a.stress_examples < 0:
         return refuse([f"--stress-examples {a.stress_examples}: expected an integer >= 0"], out)
     command = shlex.join([Path(sys.executable).name, "-m", "audit.certify", *argv])
-    try:
-        lock = out_lock.acquire(out, command)    # first, before any slow check: a second run on OUT stops at once
-    except out_lock.OutInUse as e:
-        return refuse([str(e)], out)
-    except OSError as e:
-        return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
-    try:
-        return _run(a, out, task, command, lock)
-    finally:
-        lock.release()
+    # first, before any slow check: a second run on OUT stops at once
+    return out_lock.run_holding(out, command, refuse, lambda lock: _run(a, out, task, command, lock))
 
 
 def _run(a, out: Path, task: Path, command: str, lock) -> int:
