@@ -53,7 +53,7 @@ class SamplesCallback(TrainerCallback):
     @property
     def runs(self) -> list[str]:
         """Every run in the samples file, those of earlier (interrupted) attempts included."""
-        return list(self.writer.runs)
+        return self.writer.runs
 
     def _generate(self, model, texts: list[str], step: int) -> list[str]:
         device = next(model.parameters()).device

@@ -52,8 +52,7 @@ class SamplesWriter:
             raise ValueError(f"{self.path}: expected a .jsonl file (the samples table SamplesWriter appends to)")
         self.enabled = (process_rank() if rank is None else int(rank)) == 0
         self.ids: set[str] = set()
-        self.runs: list[str] = []          # in the order first seen, those already in the file included
-        self._run_set: set[str] = set()
+        self._runs: dict[str, None] = {}   # an ordered set: in the order first seen, those already in the file included
         self._needs_newline = False
         self._read_existing()
 
@@ -75,17 +74,17 @@ class SamplesWriter:
                               "not a samples row") + ": left as it is; the audit will name it", stacklevel=3)
                 continue
             self.ids.add(sid)
-            self._see_run(run)
+            self._runs[run] = None
         self._needs_newline = bool(data) and not data.endswith(b"\n")
 
-    def _see_run(self, run: str) -> None:
-        if run not in self._run_set:
-            self._run_set.add(run)
-            self.runs.append(run)
+    @property
+    def runs(self) -> list[str]:
+        """The runs in the file, in the order first seen (those of earlier attempts included)."""
+        return list(self._runs)
 
     def has_run(self, run: str) -> bool:
         """Whether `run` (a checkpoint, say "step-200") has rows in the file: a resumed job skips it."""
-        return str(run) in self._run_set
+        return str(run) in self._runs
 
     def row(self, run, family, prompt_id, completion, proxy_reward, *, prompt=None, step=None,
             sample_id=None, **extra) -> dict:
@@ -145,6 +144,5 @@ class SamplesWriter:
                 os.fsync(fh.fileno())
             self._needs_newline = False
         self.ids.update(ids)
-        for r in rows:
-            self._see_run(r["run"])
+        self._runs.update((r["run"], None) for r in rows)
         return ids

@@ -96,13 +96,8 @@ def parser() -> argparse.ArgumentParser:
 
 def settings(a) -> tuple[dict, list[str]]:
     """The audit's settings as one JSON-able dict (the checks read it), and the usage problems found."""
-    problems, mapping = [], {}
-    for item in a.column:
-        k, sep, v = item.partition("=")
-        if not sep or not k.strip() or not v.strip():
-            problems.append(f"--column {item}: expected NAME=COLUMN")
-        else:
-            mapping[k.strip()] = v.strip()
+    from .table import column_mapping
+    mapping, problems = column_mapping(a.column)
     if a.min_gold < 2:
         problems.append(f"--min-gold {a.min_gold}: expected an integer >= 2")
     if not 0 < a.design_alpha < 1:

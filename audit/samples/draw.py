@@ -34,7 +34,7 @@ from rlhf.errors import EXIT_OK
 
 from audit.core import claims_runner
 from audit.core.evidence import sha256_file
-from .table import FORMATS, GOLD_COLUMNS, OPTIONAL_COLUMNS, SAMPLE_COLUMNS, TableError, _read_rows, _text, read_samples
+from .table import FORMATS, TableError, _read_rows, _text, column_mapping, read_samples, unknown_columns
 
 COLUMNS = ("sample_id", "run", "family", "prompt_id", "prompt", "completion", "gold")
 RECORD_KIND = "audit.samples draw-gold"
@@ -121,16 +121,9 @@ def parser() -> Parser:
 
 def main(argv) -> int:
     a = parser().parse_args(list(argv))
-    out, problems, mapping = Path(a.out), [], {}
-    for item in a.column:
-        k, sep, v = item.partition("=")
-        if not sep or not k.strip() or not v.strip():
-            problems.append(f"--column {item}: expected NAME=COLUMN")
-        elif k.strip() not in SAMPLE_COLUMNS + OPTIONAL_COLUMNS + GOLD_COLUMNS:
-            problems.append(f"--column {item}: unknown column '{k.strip()}'; expected one of "
-                            f"{', '.join(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + ('gold',))}")
-        else:
-            mapping[k.strip()] = v.strip()
+    out = Path(a.out)
+    mapping, problems = column_mapping(a.column)
+    problems += unknown_columns(mapping)
     fmt = FORMATS.get(out.suffix.lower())
     if fmt not in ("csv", "jsonl"):
         problems.append(f"--out {out}: expected a .csv or .jsonl file (what the experts fill in)")

@@ -196,6 +196,25 @@ class _Problems:
             self.problems.append(f"{self.path}: ... and {self.n - MAX_PER_FILE} more problems")
 
 
+def column_mapping(items) -> tuple[dict, list[str]]:
+    """--column NAME=COLUMN flags (repeatable) as {NAME: COLUMN}, and the usage problems found."""
+    mapping, problems = {}, []
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip() or not v.strip():
+            problems.append(f"--column {item}: expected NAME=COLUMN")
+        else:
+            mapping[k.strip()] = v.strip()
+    return mapping, problems
+
+
+def unknown_columns(mapping: dict) -> list[str]:
+    """A problem for every name in a column mapping that is not a column of the schema."""
+    return [f"--column {k}={mapping[k]}: unknown column '{k}'; expected one of "
+            f"{', '.join(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + ('gold',))}"
+            for k in sorted(set(mapping) - set(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + GOLD_COLUMNS))]
+
+
 def parse_samples(sp: Path, srows, mapping: dict, problems: list[str]) -> dict:
     """The samples rows checked one by one (problems appended, at most 10 per file): the valid rows' columns as
     lists (sample_id, run, family, prompt_id, prompt, completion, proxy, step), `where` (sample_id -> location)
@@ -264,11 +283,7 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
     """Read and validate both files; raise TableError listing every problem (at most 10 per file)."""
     mapping, design = dict(mapping or {}), design or DesignConfig()
     sp, gp = Path(samples_path), Path(gold_path)
-    problems: list[str] = []
-    unknown = sorted(set(mapping) - set(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + GOLD_COLUMNS))
-    for k in unknown:
-        problems.append(f"--column {k}={mapping[k]}: unknown column '{k}'; expected one of "
-                        f"{', '.join(SAMPLE_COLUMNS + OPTIONAL_COLUMNS + ('gold',))}")
+    problems: list[str] = unknown_columns(mapping)
     if design.nonrandom_gold not in ("refuse", "widen"):
         problems.append(f"--nonrandom-gold {design.nonrandom_gold}: expected refuse or widen")
     if design.nonrandom_gold == "widen" and design.gold_range is None:
