@@ -24,8 +24,14 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_sessionstart(session):
     """Provenance in the evidence (meta.config): what ran, with which code and which packages."""
     from checks.evidence_plugin import recorder_of
-    from rlhf.common import numeric_fingerprint, setup_torch
-    setup_torch()
     config = session.config
+    if config.getoption("--samples-settings", None):
+        # the samples door's statistics are numpy's: starting torch would cost seconds of every samples audit
+        from rlhf.machine import numpy_fingerprint
+        numeric = numpy_fingerprint()
+    else:
+        from rlhf.common import numeric_fingerprint, setup_torch
+        setup_torch()
+        numeric = numeric_fingerprint()
     recorder_of(config).config.update({"command": config.getoption("--audit-command"), "code_sha256": code_hash(),
-                                       "package_versions": package_versions(), "numeric": numeric_fingerprint()})
+                                       "package_versions": package_versions(), "numeric": numeric})

@@ -12,6 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .errors import InputError
+from .machine import cpu_model  # noqa: F401 - part of this module's interface
 
 
 def setup_torch(threads: int | None = None) -> None:
@@ -20,18 +21,6 @@ def setup_torch(threads: int | None = None) -> None:
     n = threads or int(os.environ.get("RLHF_THREADS", "2"))
     torch.set_num_threads(n)
     keep_freed_memory()
-
-
-def cpu_model() -> str:
-    """The CPU's model name (MKL picks its kernels by CPU, not only by instruction set); '' where unknown."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor()
 
 
 def numeric_fingerprint() -> dict:

@@ -163,6 +163,20 @@ class SamplesAudit:
             out.update(passes=v["passes"], reasons=v["reasons"], checks=v["checks"])
         return out
 
+    def verdict(self, run: str) -> dict:
+        """The release rule's verdict on a run and its per-family delta CIs alone: what run() decides, without
+        the estimates around it (the corruption stress re-decides every run for every corruption)."""
+        fams, conf = self.t.families, self.cfg.confidence
+        w = 1.0 / len(fams)
+        fam_delta_ci, dbal = {}, []
+        for f in fams:
+            c, r = self.cell(run, f), self.cell(self.reference, f)
+            fam_delta_ci[f] = combine([(1.0, c["ppi"]), (-1.0, r["ppi"])], conf)["ci95"]
+            dbal += [(w, c["ppi"]), (-w, r["ppi"])]
+        db = combine(dbal, conf)
+        return {**self.cfg.release_rule.evaluate(db["estimate"], db["ci95"], fam_delta_ci),
+                "family_delta_ci95": fam_delta_ci}
+
     @cached_property
     def runs(self) -> dict:
         return {r: self.run(r) for r in self.t.runs}
@@ -180,6 +194,13 @@ class SamplesAudit:
 
     # ------------------------------------------------------------------------------------ proxy vs gold
     @cached_property
+    def gold_rows(self) -> dict:
+        """Per family, its gold rows (ascending row indices): the only rows the proxy-vs-gold claims read."""
+        g = np.flatnonzero(~np.isnan(self.t.gold))
+        fam = self.t.family_code[g]
+        return {f: g[fam == k] for k, f in enumerate(self.t.families)}
+
+    @cached_property
     def proxy_agreement(self) -> dict:
         return self.agreement()
 
@@ -188,22 +209,28 @@ class SamplesAudit:
         CIs), each run's Pearson, and the proxy-per-gold slope against the other families' (scale)."""
         t = self.t
         proxy = t.proxy if proxy is None else proxy
-        lab = ~np.isnan(t.gold)
+        rows = self.gold_rows
         out = {}
         for f in t.families:
-            m = lab & (t.family == f)
+            m = rows[f]
             x, y = proxy[m], t.gold[m]
-            p = pearson_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed, method=ci_method)
-            s = (spearman_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed) if spearman
-                 else {"estimate": None, "ci95": None})
-            per_run = {}
-            for r in t.runs:
-                mr = m & (t.run == r)
-                if mr.sum() >= 3 and np.ptp(proxy[mr]) > 0 and np.ptp(t.gold[mr]) > 0:
-                    per_run[r] = float(st.pearsonr(proxy[mr], t.gold[mr]).statistic)
-            out[f] = {"pearson": p["estimate"], "ci95": p["ci95"], "method": p["method"], "spearman": s["estimate"],
-                      "spearman_ci95": s["ci95"], "n": int(m.sum()), "per_run_pearson": per_run,
-                      "n_resamples": self.cfg.n_resamples, "seed": self.cfg.seed}
+            # a family's figures depend on its own gold rows only: the corruption stress, which changes one or two
+            # families' proxy at a time, reuses the others' (keyed by the rows' values)
+            key = ("agreement", f, _digest(x, y), self.cfg.n_resamples, self.cfg.seed, ci_method, spearman)
+            if key not in self._shared:
+                p = pearson_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed, method=ci_method)
+                s = (spearman_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed) if spearman
+                     else {"estimate": None, "ci95": None})
+                per_run = {}
+                for j, r in enumerate(t.runs):
+                    mr = m[t.run_code[m] == j]
+                    if len(mr) >= 3 and np.ptp(proxy[mr]) > 0 and np.ptp(t.gold[mr]) > 0:
+                        per_run[r] = float(st.pearsonr(proxy[mr], t.gold[mr]).statistic)
+                self._shared[key] = {"pearson": p["estimate"], "ci95": p["ci95"], "method": p["method"],
+                                     "spearman": s["estimate"], "spearman_ci95": s["ci95"], "n": int(len(m)),
+                                     "per_run_pearson": per_run, "n_resamples": self.cfg.n_resamples,
+                                     "seed": self.cfg.seed}
+            out[f] = dict(self._shared[key])
         scale = self.scale(proxy, {f: out[f]["ci95"][0] > self.cfg.agreement_min_pearson_lower for f in out})
         for f in t.families:
             out[f]["scale"] = scale[f]
@@ -213,20 +240,22 @@ class SamplesAudit:
         """Per family: the OLS slope of proxy on gold (proxy per unit of true quality) over the median slope of
         the other families, with a percentile-bootstrap CI (every family's rows resampled)."""
         t, rng = self.t, np.random.default_rng(self.cfg.seed)
-        lab = ~np.isnan(t.gold)
+        rows = self.gold_rows
         fams, B = t.families, self.cfg.n_resamples
         slopes, boot = {}, {}
         for f in fams:
-            m = lab & (t.family == f)
+            m = rows[f]
             x, y = proxy[m], t.gold[m]
-            slopes[f] = _slope(x[None, :], y[None, :])[0]
-            i = rng.integers(0, len(x), (B, len(x)))
-            boot[f] = _slope(x[i], y[i])
+            i = rng.integers(0, len(x), (B, len(x)))       # drawn in every case: the next family's draw is the same
+            key = ("slope", f, _digest(x, y), B, self.cfg.seed)
+            if key not in self._shared:
+                self._shared[key] = (_slope(x[None, :], y[None, :])[0], _slope(x[i], y[i]))
+            slopes[f], boot[f] = self._shared[key]
         # the common scale: the median slope of the *other* families whose proxy agrees with gold (a family the
         # optimiser gamed has no scale to lend); fewer than MIN_COMPARATORS such families -> no comparison (the
         # claim cannot be evaluated)
         thr = self.cfg.agreement_min_pearson_lower
-        agrees = {f: _pearson_lower(proxy[lab & (t.family == f)], t.gold[lab & (t.family == f)], B, self.cfg)
+        agrees = {f: _pearson_lower(proxy[rows[f]], t.gold[rows[f]], B, self.cfg)
                   > thr for f in fams} if agrees is None else agrees
         out = {}
         for f in fams:
@@ -280,6 +309,10 @@ class SamplesAudit:
 
 def _pearson_lower(x, y, n_resamples, cfg) -> float:
     return pearson_ci(x, y, n_resamples=n_resamples, seed=cfg.seed, method="percentile")["ci95"][0]
+
+
+def _digest(*arrays) -> str:
+    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest()
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -118,7 +118,7 @@ def build_answer(doc: dict) -> dict:
                          "balanced_ci_lower_gt": rule.get("balanced_ci_lower_gt"),
                          "family_ci_lower_gt": rule.get("family_ci_lower_gt"), "confidence": rule.get("confidence")},
         "corruption_stress": None if stress is None else {
-            **{k: stress["details"].get(k) for k in ("examples", "kinds", "claims")},
+            **{k: stress["details"].get(k) for k in ("examples", "kinds", "claims", "table")},
             "check_status": stress["status"],
             "check_message": _oneline(stress["message"]) if stress["status"] != "pass" else None},
         "precision": f"estimates, interval bounds, correlations, ratios and rates rounded to {MEASURED_DECIMALS} decimals",

@@ -26,6 +26,8 @@ import numpy as np
 
 from rlhf.errors import InputError
 
+from . import columns
+
 SAMPLE_COLUMNS = ("sample_id", "run", "family", "prompt_id", "completion", "proxy_reward")
 OPTIONAL_COLUMNS = ("prompt", "step")
 GOLD_COLUMNS = ("sample_id", "gold")
@@ -52,39 +54,88 @@ class DesignConfig:
 
 @dataclass
 class Table:
+    """A validated samples table, column by column. Runs, families and prompts are integer codes into their
+    names (a 10M-row table keeps three int32 columns, not 30M Python strings); `run`, `family` and `prompt_id`
+    give the names per row where a caller wants them. sample_id and completion stay Arrow string arrays."""
     samples_path: str
     gold_path: str
-    sample_id: list
-    run: np.ndarray
-    family: np.ndarray
-    prompt_id: np.ndarray
-    completion: list
+    sample_id: object               # pyarrow string array
+    run_code: np.ndarray            # int32 index into runs
+    family_code: np.ndarray         # int32 index into families
+    prompt_code: np.ndarray         # int32 index into prompts
+    completion: object              # audit.samples.columns.Texts: read where a claim needs it
     proxy: np.ndarray
     gold: np.ndarray                # NaN where the row has no gold label
     step: np.ndarray | None = None
-    runs: list = field(default_factory=list)
-    families: list = field(default_factory=list)
+    runs: list = field(default_factory=list)        # in order of first appearance
+    families: list = field(default_factory=list)    # sorted
+    prompts: list = field(default_factory=list)
     design: dict = field(default_factory=dict)     # (run, family) -> random-subset test result
     reference: str | None = None
+    cells: dict | None = None       # (run, family) -> ascending row indices; computed once, shared by copies
+
+    def __post_init__(self):
+        if self.cells is None:
+            # one stable sort by cell instead of a scan of the whole table per cell
+            nf = max(1, len(self.families))
+            key = self.run_code.astype(np.int64) * nf + self.family_code
+            order = np.argsort(key, kind="stable")
+            bounds = np.searchsorted(key[order], np.arange(len(self.runs) * nf + 1))
+            self.cells = {(r, f): order[bounds[i * nf + j]:bounds[i * nf + j + 1]]
+                          for i, r in enumerate(self.runs) for j, f in enumerate(self.families)}
 
     @property
     def n_gold(self) -> int:
         return int((~np.isnan(self.gold)).sum())
 
+    @property
+    def run(self) -> np.ndarray:
+        return np.array(self.runs, dtype=object)[self.run_code]
+
+    @property
+    def family(self) -> np.ndarray:
+        return np.array(self.families, dtype=object)[self.family_code]
+
+    @property
+    def prompt_id(self) -> np.ndarray:
+        return np.array(self.prompts, dtype=object)[self.prompt_code]
+
     def cell(self, run: str, family: str) -> np.ndarray:
-        return np.flatnonzero((self.run == run) & (self.family == family))
+        return self.cells[(run, family)]
+
+    def family_rows(self, family: str) -> np.ndarray:
+        return np.flatnonzero(self.family_code == self.families.index(family))
+
+    def texts(self, rows) -> list[str]:
+        """The completions of `rows`, as Python strings (only where a claim reads them)."""
+        return self.completion.take(rows)
+
+    def subset(self, rows: np.ndarray) -> "Table":
+        """The table restricted to `rows` (ascending): same runs, families, design."""
+        return Table(self.samples_path, self.gold_path, self.sample_id.take(rows), self.run_code[rows],
+                     self.family_code[rows], self.prompt_code[rows], self.completion.subset(rows), self.proxy[rows],
+                     self.gold[rows], None if self.step is None else self.step[rows], list(self.runs),
+                     list(self.families), list(self.prompts), self.design, self.reference)
 
 
 # --------------------------------------------------------------------------------------------------- reading
 def _read_rows(path: Path, problems: list[str]):
-    """[(location, {column: value})] of one file, or None when the file cannot be read at all."""
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        problems.append(f"{path}: unknown format '{path.suffix}': expected .jsonl, .csv or .parquet")
+    """[(location, {column: value})] of a file or a directory of shards (in file-name order), or None when a file
+    cannot be read at all."""
+    files, fmt, bad = columns.shard_files(Path(path))
+    if bad:
+        problems.append(bad)
         return None
-    if not path.is_file():
-        problems.append(f"{path}: file not found")
-        return None
+    rows = []
+    for f in files:
+        got = _read_file_rows(f, fmt, problems)
+        if got is None:
+            return None
+        rows += got
+    return rows
+
+
+def _read_file_rows(path: Path, fmt: str, problems: list[str]):
     rows, bad = [], 0
     if fmt == "jsonl":
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -280,7 +331,9 @@ def read_samples(samples_path, mapping: dict | None = None) -> dict:
 
 def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str | None = None,
          design: DesignConfig | None = None) -> Table:
-    """Read and validate both files; raise TableError listing every problem (at most 10 per file)."""
+    """Read and validate both files; raise TableError listing every problem (at most 10 per file). A valid table
+    is read column by column (audit.samples.columns); anything that reader does not take as plainly valid is read
+    again row by row, which names every problem (or accepts what only looked unusual: mixed id types, say)."""
     mapping, design = dict(mapping or {}), design or DesignConfig()
     sp, gp = Path(samples_path), Path(gold_path)
     problems: list[str] = unknown_columns(mapping)
@@ -289,6 +342,71 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
     if design.nonrandom_gold == "widen" and design.gold_range is None:
         problems.append("--nonrandom-gold widen needs --gold-range LO HI: the values every gold label can take "
                         "(the worst case is taken over them)")
+    t = None
+    if not problems:
+        try:
+            t = _load_columns(sp, gp, mapping, design)
+        except columns.Unusual:
+            t = None
+    if t is None:
+        t = _load_rows(sp, gp, mapping, design, problems)
+    if reference is None and "reference" in t.runs:
+        reference = "reference"
+    t.reference = reference
+    _check_design(t, reference, design, problems)
+    if problems:
+        raise TableError(problems)
+    return t
+
+
+def _table(sp, gp, sid, run, fam, pid, comp, proxy, gold, step) -> Table:
+    """The Table of validated columns (Arrow arrays or their Parquet dictionaries; completions as Texts; proxy,
+    gold, step as float arrays)."""
+    run_code, runs = columns.categorical(run)
+    fam_code, fams = columns.categorical(fam, "sorted")
+    pcode, prompts = columns.categorical(pid)
+    return Table(str(sp), str(gp), sid, run_code, fam_code, pcode, comp, proxy, gold, step, runs, fams, prompts)
+
+
+def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Table:
+    """The fast path: raises columns.Unusual at anything but a plainly valid table."""
+    col = lambda c: mapping.get(c, c)   # noqa: E731
+    sfiles, sfmt, bad = columns.shard_files(sp)
+    gfiles, gfmt, bad2 = columns.shard_files(gp)
+    if bad or bad2:
+        raise columns.Unusual(bad or bad2)
+    lazy_text = sfmt == "parquet"        # completions stay in the files, read where a claim needs them
+    need = [col(c) for c in SAMPLE_COLUMNS if not (lazy_text and c == "completion")]
+    st = columns.read(sfiles, sfmt, need, [col("step")], categorical=[col(c) for c in ("run", "family", "prompt_id")])
+    if st.num_rows == 0:
+        raise columns.Unusual("no rows")
+    if lazy_text:
+        columns.check_parquet_texts(sfiles, col("completion"))
+        comp = columns.Texts(files=sfiles, column=col("completion"), n=st.num_rows)
+    else:
+        comp = columns.Texts(columns.texts(st[col("completion")]))
+    sid = columns.ids(st[col("sample_id")])
+    if not columns.distinct(sid):
+        raise columns.Unusual("duplicate sample_id")
+    run, fam, pid = (st[col(c)] for c in ("run", "family", "prompt_id"))
+    proxy = columns.numbers(st[col("proxy_reward")])
+    step = columns.numbers(st[col("step")], allow_null=True) if col("step") in st.column_names else None
+    gt = columns.read(gfiles, gfmt, [col("sample_id"), col("gold")])
+    if gt.num_rows == 0:
+        raise columns.Unusual("no gold rows")
+    gid, gv = columns.ids(gt[col("sample_id")]), columns.numbers(gt[col("gold")])
+    if not columns.distinct(gid):
+        raise columns.Unusual("duplicate gold id")
+    if design.gold_range is not None and ((gv < design.gold_range[0]) | (gv > design.gold_range[1])).any():
+        raise columns.Unusual("gold outside the range")
+    gold = np.full(len(sid), np.nan)
+    gold[columns.positions(gid, sid)] = gv
+    return _table(sp, gp, sid, run, fam, pid, comp, proxy, gold, step)
+
+
+def _load_rows(sp: Path, gp: Path, mapping: dict, design: DesignConfig, problems: list[str]) -> Table:
+    """The row-by-row reader: every problem named (TableError), else the same Table as the fast path."""
+    import pyarrow as pa
     srows = _read_rows(sp, problems)
     grows = _read_rows(gp, problems)
     if srows is None or grows is None:
@@ -337,19 +455,9 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
     pg.close()
     if problems:
         raise TableError(problems)
-
-    t = Table(str(sp), str(gp), sid, np.array(run, dtype=object), np.array(fam, dtype=object),
-              np.array(pid, dtype=object), comp, np.array(proxy, float), gold,
-              np.array(step, float) if has_step else None)
-    t.runs = list(dict.fromkeys(run))
-    t.families = sorted(set(fam))
-    if reference is None and "reference" in t.runs:
-        reference = "reference"
-    t.reference = reference
-    _check_design(t, reference, design, problems)
-    if problems:
-        raise TableError(problems)
-    return t
+    text = lambda v: pa.array(v, pa.string())   # noqa: E731
+    return _table(sp, gp, text(sid), text(run), text(fam), text(pid), columns.Texts(text(comp)), np.array(proxy, float), gold,
+                  np.array(step, float) if has_step else None)
 
 
 def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]) -> None:

@@ -10,10 +10,10 @@ MAX_POINTS = 300       # proxy-vs-gold points kept per family for the scatter fi
 
 def _points(audit, family):
     t = audit.t
-    idx = np.flatnonzero(~np.isnan(t.gold) & (t.family == family))
+    idx = audit.gold_rows[family]
     if len(idx) > MAX_POINTS:
         idx = np.sort(np.random.default_rng(audit.cfg.seed).choice(idx, MAX_POINTS, replace=False))
-    return [[round(float(t.proxy[i]), 4), round(float(t.gold[i]), 4), str(t.run[i])] for i in idx]
+    return [[round(float(t.proxy[i]), 4), round(float(t.gold[i]), 4), t.runs[t.run_code[i]]] for i in idx]
 
 
 @pytest.mark.claim("proxy.agrees_with_gold")

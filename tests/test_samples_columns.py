@@ -1,0 +1,155 @@
+"""The samples door's columnar reader (audit/samples/columns.py): the same Table as the row-by-row reader on every
+format and on sharded directories, the fallback that names problems, completions read lazily from Parquet, the
+corruption stress's subsample at log scale, and the seeded table generator (world/samples_table.py)."""
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from audit.samples import columns, table as table_mod
+from audit.samples.estimates import SamplesAudit, SamplesConfig
+from audit.samples.table import DesignConfig, TableError, load
+from tests.samples_synth import make_table, write_jsonl
+
+
+def _same(a, b):
+    """Two Tables hold the same data (row order included)."""
+    assert a.runs == b.runs and a.families == b.families and a.prompts == b.prompts
+    assert a.sample_id.equals(b.sample_id)
+    for k in ("run_code", "family_code", "prompt_code", "proxy"):
+        assert np.array_equal(getattr(a, k), getattr(b, k)), k
+    assert np.array_equal(a.gold, b.gold, equal_nan=True)
+    rows = np.arange(len(a.proxy))
+    assert a.texts(rows) == b.texts(rows)
+
+
+def _rows_path(s, g):
+    """The row-by-row reader alone, as the fallback runs it."""
+    return table_mod._load_rows(s, g, {}, DesignConfig(), [])
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cols")
+    rows, gold, _ = make_table(n=60, n_gold=12)
+    s, g = write_jsonl(d / "s.jsonl", rows), write_jsonl(d / "g.jsonl", gold)
+    return d, rows, gold, s, g
+
+
+def test_fast_path_equals_row_reader_on_every_format(synth, monkeypatch):
+    d, rows, gold, s, g = synth
+    base = _rows_path(s, g)
+    tab = pa.Table.from_pylist(rows)
+    pq.write_table(tab, d / "s.parquet")
+    pacsv.write_csv(tab, d / "s.csv")
+    pq.write_table(pa.Table.from_pylist(gold), d / "g.parquet")
+    calls = []
+    real = table_mod._load_rows
+    monkeypatch.setattr(table_mod, "_load_rows", lambda *a: calls.append(a[0]) or real(*a))
+    for sp, gp in ((s, g), (d / "s.parquet", d / "g.parquet"), (d / "s.csv", g)):
+        _same(load(sp, gp), base)
+    assert calls == [], f"a valid table fell back to the row reader: {calls}"
+
+
+def test_sharded_directory_is_one_table(synth, tmp_path):
+    d, rows, gold, s, g = synth
+    base = load(s, g)
+    for fmt in ("parquet", "jsonl"):
+        shards = tmp_path / f"shards_{fmt}"
+        (shards / "a=1").mkdir(parents=True)
+        (shards / "_SUCCESS").write_text("")
+        (shards / ".part-0.crc").write_text("junk")
+        thirds = np.array_split(np.arange(len(rows)), 3)
+        for k, idx in enumerate(thirds):
+            part = [rows[i] for i in idx]
+            name = (shards / "a=1" if k == 0 else shards) / f"part-{k:05d}.{fmt}"   # read in path order
+            if fmt == "parquet":
+                pq.write_table(pa.Table.from_pylist(part), name)
+            else:
+                write_jsonl(name, part)
+        _same(load(shards, g), base)
+        _same(_rows_path(shards, g), base)
+
+
+def test_mixed_shard_formats_refused(synth, tmp_path):
+    d, rows, gold, s, g = synth
+    shards = tmp_path / "mixed"
+    shards.mkdir()
+    write_jsonl(shards / "a.jsonl", rows[:10])
+    pq.write_table(pa.Table.from_pylist(rows[10:]), shards / "b.parquet")
+    with pytest.raises(TableError) as e:
+        load(shards, g)
+    assert "more than one format" in str(e.value)
+
+
+def test_unusual_tables_fall_back_and_are_named(synth, tmp_path):
+    d, rows, gold, s, g = synth
+    # mixed id types: valid, but not for Arrow's JSON reader -> the row reader accepts it
+    mixed = [dict(r, prompt_id=i if i % 2 else str(i)) for i, r in enumerate(rows)]
+    t = load(write_jsonl(tmp_path / "mixed.jsonl", mixed), g)
+    assert t.prompt_code[:4].tolist() == [t.prompts.index(str(i)) for i in range(4)]
+    # a duplicate id in Parquet: the fast path gives up, the row reader names the row
+    dup = [dict(r) for r in rows]
+    dup[5]["sample_id"] = dup[2]["sample_id"]
+    pq.write_table(pa.Table.from_pylist(dup), tmp_path / "dup.parquet")
+    with pytest.raises(TableError) as e:
+        load(tmp_path / "dup.parquet", g)
+    assert f"dup.parquet: row 5: column 'sample_id': duplicate id {dup[2]['sample_id']!r}" in str(e.value)
+    # a gold id not in the samples, a NaN proxy: named by line
+    with pytest.raises(TableError) as e:
+        load(s, write_jsonl(tmp_path / "g2.jsonl", gold + [{"sample_id": "nope", "gold": 0.5}]))
+    assert f"g2.jsonl:{len(gold) + 1}: column 'sample_id': 'nope' is not a sample_id" in str(e.value)
+    nan = [dict(r) for r in rows]
+    nan[7]["proxy_reward"] = float("nan")
+    pq.write_table(pa.Table.from_pylist(nan), tmp_path / "nan.parquet")
+    with pytest.raises(TableError) as e:
+        load(tmp_path / "nan.parquet", g)
+    assert "nan.parquet: row 7: column 'proxy_reward': expected a finite number" in str(e.value)
+
+
+def test_parquet_completions_read_lazily(synth):
+    d, rows, gold, s, g = synth
+    pq.write_table(pa.Table.from_pylist(rows), d / "lazy.parquet", row_group_size=17)
+    t = load(d / "lazy.parquet", g)
+    assert t.completion.array is None                  # nothing of the text in memory
+    pick = np.array([150, 3, 77, 3, len(rows) - 1])
+    assert t.texts(pick) == [rows[i]["completion"] for i in pick]
+    sub = t.subset(np.sort(pick))
+    assert sub.texts(np.arange(len(pick))) == [rows[i]["completion"] for i in np.sort(pick)]
+
+
+def test_stress_subsample_beyond_the_cap(synth, monkeypatch):
+    from audit.samples import stress as stress_mod
+    d, rows, gold, s, g = synth
+    t = load(s, g)
+    same, what = stress_mod.stress_table(t, 0)
+    assert same is t and what["rows"] == "all"
+    monkeypatch.setattr(stress_mod, "STRESS_UNLABELLED", 20)
+    sub, what = stress_mod.stress_table(t, 0)
+    lab = ~np.isnan(t.gold)
+    assert what["n_rows"] == lab.sum() + 20 * len(t.cells) == len(sub.proxy)
+    assert np.isnan(sub.gold).sum() == 20 * len(t.cells) and (~np.isnan(sub.gold)).sum() == lab.sum()
+    again, _ = stress_mod.stress_table(t, 0)
+    assert again.sample_id.equals(sub.sample_id)              # seeded: the same rows every time
+    audit = SamplesAudit(t, t.reference, SamplesConfig(seed=0))
+    res = stress_mod.stress(audit, 3)
+    assert res["table"]["rows"].startswith("seeded subsample") and res["examples"] == 3
+
+
+def test_generator_is_seeded_and_readable(tmp_path):
+    from world.samples_table import TableConfig, generate, samples_path
+    cfg = TableConfig(rows=2_400, runs=3, families=4, gold_per_cell=20, chunk=1_000)
+    truths = [generate(cfg, tmp_path / f"g{k}") for k in (0, 1)]
+    assert truths[0] == truths[1]
+    a, b = (load(samples_path(tmp_path / f"g{k}", cfg), tmp_path / f"g{k}" / "gold.parquet") for k in (0, 1))
+    _same(a, b)
+    assert a.runs[0] == "reference" and len(a.cells) == 12 and a.n_gold == 12 * 20
+    sharded = TableConfig(**{**cfg.__dict__, "shards": 3})
+    generate(sharded, tmp_path / "sh")
+    _same(load(samples_path(tmp_path / "sh", sharded), tmp_path / "sh" / "gold.parquet"), a)
+    other = generate(TableConfig(**{**cfg.__dict__, "seed": 1}), tmp_path / "g2")
+    assert other["cells"] != truths[0]["cells"]
+    assert json.loads((tmp_path / "g0" / "truth.json").read_text())["reference"] == "reference"
