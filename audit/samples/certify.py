@@ -146,11 +146,12 @@ def main(argv=None) -> int:
 def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
     from .draw import check_record
     from .session import load_table
-    problems = check_record(cfg)
+    problems, table = [], None
     try:
         table, reference = load_table(cfg)
     except ValueError as e:
         problems += getattr(e, "problems", [str(e)])
+    problems = check_record(cfg, table) + problems    # the record's problems first, as they explain the rest
     if problems:
         lock.undo()            # OUT as it was: not even created when it did not exist
         return refuse(problems, out)

@@ -40,6 +40,22 @@ def shard_files(path: Path) -> tuple[list[Path], str | None, str | None]:
     return [path], fmt, None
 
 
+def table_sha256(path) -> str:
+    """sha256 of a table: a file's bytes, or for a directory of shards the sha256 of its part files' relative
+    paths and sha256s, in the order the reader reads them (a shard added, removed or changed changes it)."""
+    import hashlib
+
+    from audit.core.evidence import sha256_file
+    path = Path(path)
+    if not path.is_dir():
+        return sha256_file(path)
+    files, _, _ = shard_files(path)
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.relative_to(path).as_posix()}\t{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
 def column_names(files: list[Path], fmt: str) -> set | None:
     """The columns of a Parquet table from its footer (no data read); None for JSONL/CSV (known once read)."""
     if fmt != "parquet":

@@ -33,7 +33,7 @@ from rlhf.cli import Parser, positive_int, seed_arg
 from rlhf.errors import EXIT_OK
 
 from audit.core import claims_runner
-from audit.core.evidence import sha256_file
+from .columns import table_sha256
 from .table import FORMATS, TableError, _read_rows, _text, column_mapping, read_samples, unknown_columns
 
 COLUMNS = ("sample_id", "run", "family", "prompt_id", "prompt", "completion", "gold")
@@ -63,6 +63,21 @@ def draw(sm: dict, per_cell: int, seed: int) -> list[int]:
         order = np.random.default_rng(cell_seed(seed, run, fam)).permutation(len(rows))
         picked += [rows[k] for k in order[:per_cell]]
     return picked
+
+
+def draw_table(table, per_cell: int, seed: int) -> np.ndarray:
+    """draw() on a loaded Table (run and family codes): the same rows in the same order, without Python lists of
+    a log's rows."""
+    nf = max(1, len(table.families))
+    cell = table.run_code.astype(np.int64) * nf + table.family_code
+    cells, first = np.unique(cell, return_index=True)
+    picked = []
+    for c in cells[np.argsort(first)]:                  # cells in order of first appearance, as draw()
+        run, fam = table.runs[c // nf], table.families[c % nf]
+        rows = table.cell(run, fam)                      # ascending
+        order = np.random.default_rng(cell_seed(seed, run, fam)).permutation(len(rows))
+        picked.append(rows[order[:per_cell]])
+    return np.concatenate(picked) if picked else np.zeros(0, np.int64)
 
 
 def budget_advice(answer_path: Path) -> tuple[int | None, list[str]]:
@@ -158,7 +173,7 @@ def main(argv) -> int:
              "prompt_id": sm["prompt_id"][i], "prompt": sm["prompt"][i], "completion": sm["completion"][i],
              col("gold"): None} for i in (picked[k] for k in order)]
     n_cells = len(set(zip(sm["run"], sm["family"])))
-    record = {"kind": RECORD_KIND, "samples": str(Path(a.samples).resolve()), "samples_sha256": sha256_file(a.samples),
+    record = {"kind": RECORD_KIND, "samples": str(Path(a.samples).resolve()), "samples_sha256": table_sha256(a.samples),
               "seed": a.seed, "per_cell": per_cell, "column_mapping": mapping, "n_samples": len(sm["sample_id"]),
               "n_cells": n_cells, "n_drawn": len(rows), "to_label": out.name,
               "sample_ids": sorted(sm["sample_id"][i] for i in picked)}
@@ -170,9 +185,10 @@ def main(argv) -> int:
     return EXIT_OK
 
 
-def check_record(settings: dict) -> list[str]:
+def check_record(settings: dict, table=None) -> list[str]:
     """Problems with the gold file against the record of its draw (none when there is no record): the samples
-    file must be the one drawn from, the record must be that draw, and every gold row one of its rows."""
+    file must be the one drawn from, the record must be that draw, and every gold row one of its rows. `table` is
+    the audit's loaded table (None when it did not load: its reader names its problems)."""
     gold, given = Path(settings["gold"]), settings.get("draw_record")
     path = Path(given) if given else record_path(gold)
     if not path.is_file():
@@ -185,17 +201,21 @@ def check_record(settings: dict) -> list[str]:
         return [f"{path}: not a record of python -m audit.samples draw-gold (expected JSON with sample_ids, seed, "
                 f"per_cell, samples_sha256; {type(e).__name__}: {e})"]
     samples = Path(settings["samples"])
-    if not samples.is_file():
+    if not samples.exists():
         return []                                   # the table reader names it
-    got = sha256_file(samples)
+    got = table_sha256(samples)
     if got != want:
         return [f"{samples}: sha256 {got[:12]}... is not the samples file {gold} was drawn from ({path}: "
                 f"{rec.get('samples')}, sha256 {want[:12]}...): audit the labels with that file, or draw again"]
-    try:
-        sm = read_samples(samples, rec.get("column_mapping") or {})
-    except TableError:
-        return []                                   # the table reader names its problems
-    if {sm["sample_id"][i] for i in draw(sm, per_cell, seed)} != ids:
+    if table is not None:
+        drawn = set(table.sample_id.take(draw_table(table, per_cell, seed)).to_pylist())
+    else:                                           # the table did not load (its gold file, say): samples alone
+        try:
+            sm = read_samples(samples, rec.get("column_mapping") or {})
+            drawn = {sm["sample_id"][i] for i in draw(sm, per_cell, seed)}
+        except TableError:
+            return []                               # the table reader names its problems
+    if drawn != ids:
         return [f"{path}: its sample_ids are not the draw of seed {seed}, {per_cell} per cell from {samples} "
                 "(edited by hand?): draw again with python -m audit.samples draw-gold"]
     problems: list[str] = []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from audit.core.evidence import sha256_file
 from audit.core.release import ReleaseRule
 from .estimates import SamplesAudit, SamplesConfig
+from .columns import table_sha256
 from .table import DesignConfig, load
 
 
@@ -39,4 +39,4 @@ def open_audit(settings: dict) -> SamplesAudit:
 
 
 def input_hashes(settings: dict) -> dict:
-    return {Path(settings[k]).name: sha256_file(settings[k]) for k in ("samples", "gold")}
+    return {Path(settings[k]).name: table_sha256(settings[k]) for k in ("samples", "gold")}
