@@ -184,3 +184,16 @@ def test_audit_of_a_sharded_directory(synth, tmp_path, capsys):
     pq.write_table(pa.Table.from_pylist(rows[:3]), shards / "part-9.parquet")
     assert table_sha256(shards) != before
     assert json.loads((out / "answer.json").read_text())["certification"]["run"] in (None, "good", "bad")
+
+
+def test_parquet_with_integer_ids_and_token_lists_takes_the_fast_path(synth, tmp_path, monkeypatch):
+    d, rows, gold, s, g = synth
+    idmap = {r["sample_id"]: i for i, r in enumerate(rows)}
+    ints = [dict(r, sample_id=i, prompt_id=i % 7, completion=r["completion"].split()) for i, r in enumerate(rows)]
+    pq.write_table(pa.Table.from_pylist(ints), tmp_path / "s.parquet")
+    pq.write_table(pa.Table.from_pylist([{"sample_id": idmap[x["sample_id"]], "gold": x["gold"]} for x in gold]),
+                   tmp_path / "g.parquet")
+    monkeypatch.setattr(table_mod, "_load_rows", lambda *a: pytest.fail("fell back to the row reader"))
+    t = load(tmp_path / "s.parquet", tmp_path / "g.parquet")
+    assert t.sample_id[3].as_py() == "3" and t.prompts[:3] == ["0", "1", "2"]
+    assert t.texts([0, 5]) == [rows[0]["completion"], rows[5]["completion"]]

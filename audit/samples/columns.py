@@ -85,7 +85,10 @@ def read(files: list[Path], fmt: str, columns: list[str], optional: list[str] = 
             if fmt == "parquet":
                 have = set(pq.read_schema(f).names)
                 cols = [c for c in columns if c in have] + [c for c in optional if c in have]
-                t = pq.read_table(f, columns=cols, read_dictionary=[c for c in categorical if c in cols])
+                schema = pq.read_schema(f)
+                strings = [c for c in categorical if c in cols and (pa.types.is_string(schema.field(c).type)
+                                                                     or pa.types.is_large_string(schema.field(c).type))]
+                t = pq.read_table(f, columns=cols, read_dictionary=strings)
             elif fmt == "jsonl":
                 t = pajson.read_json(f)
             else:
@@ -262,9 +265,27 @@ class Texts:
         return Texts(pa.array(self.take(rows), pa.string()))
 
 
+def parquet_texts_are_strings(files: list[Path], column: str) -> bool:
+    """Whether every file stores the completion column as strings (read lazily), not lists of tokens (read whole)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    for f in files:
+        try:
+            schema = pq.read_schema(f)
+        except Exception:  # noqa: BLE001 - an unreadable file is the row reader's to name
+            return False
+        if column not in schema.names:
+            return False
+        typ = schema.field(column).type
+        typ = typ.value_type if pa.types.is_dictionary(typ) else typ
+        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+            return False
+    return True
+
+
 def check_parquet_texts(files: list[Path], column: str) -> None:
-    """The completion column of Parquet files is strings (or lists of strings) with no nulls, from the footers'
-    statistics where they have them, else by reading it batch by batch; Unusual otherwise."""
+    """The completion column of Parquet files is strings with no nulls, from the footers' statistics where they
+    have them, else by reading it batch by batch; Unusual otherwise."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     for f in files:

@@ -375,7 +375,8 @@ def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Ta
     gfiles, gfmt, bad2 = columns.shard_files(gp)
     if bad or bad2:
         raise columns.Unusual(bad or bad2)
-    lazy_text = sfmt == "parquet"        # completions stay in the files, read where a claim needs them
+    # completions stay in Parquet files, read where a claim needs them (lists of tokens are joined in memory)
+    lazy_text = sfmt == "parquet" and columns.parquet_texts_are_strings(sfiles, col("completion"))
     need = [col(c) for c in SAMPLE_COLUMNS if not (lazy_text and c == "completion")]
     st = columns.read(sfiles, sfmt, need, [col("step")], categorical=[col(c) for c in ("run", "family", "prompt_id")])
     if st.num_rows == 0:
