@@ -197,3 +197,17 @@ def test_parquet_with_integer_ids_and_token_lists_takes_the_fast_path(synth, tmp
     t = load(tmp_path / "s.parquet", tmp_path / "g.parquet")
     assert t.sample_id[3].as_py() == "3" and t.prompts[:3] == ["0", "1", "2"]
     assert t.texts([0, 5]) == [rows[0]["completion"], rows[5]["completion"]]
+
+
+def test_the_saved_table_is_the_table(synth, tmp_path):
+    """What the CLI hands to the claims' pytest (table.save / read_saved) is the table it validated."""
+    from audit.samples.table import read_saved, save
+    d, rows, gold, s, g = synth
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "s.parquet")
+    for sp in (s, tmp_path / "s.parquet"):                 # completions in memory; left in the Parquet file
+        t = load(sp, g)
+        save(t, tmp_path / "t.arrow")
+        back = read_saved(tmp_path / "t.arrow")
+        _same(back, t)
+        assert back.design == t.design and back.reference == t.reference and back.samples_path == t.samples_path
+        assert (back.completion.array is None) == (t.completion.array is None)

@@ -167,13 +167,17 @@ def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
         return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
     settings_file, evidence = staging / "settings.json", staging / "evidence.json"
     settings_file.write_text(json.dumps(cfg, indent=2))
+    from .table import save
+    saved = staging / "table.arrow"          # the claims read the validated table, not the inputs again
+    save(table, saved)
     n_gold = table.n_gold
     print(f"[samples] {len(table.sample_id)} samples, {n_gold} gold rows, {len(table.runs)} runs x "
           f"{len(table.families)} families; reference '{reference}'; running the claims in checks/samples/ "
           f"(seed {a.seed})", flush=True)
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "samples"), "-q", "-p", "no:cacheprovider",
            "--rootdir", str(ROOT), "--samples-settings", str(settings_file), "--seed", str(a.seed),
-           "--evidence", str(evidence), "--audit-command", command, "-o", "console_output_style=count",
+           "--samples-table", str(saved), "--evidence", str(evidence), "--audit-command", command,
+           "-o", "console_output_style=count",
            "--capture=sys"]
     from .render import ROLES, render
     answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "samples", t0, ROLES,

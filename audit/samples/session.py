@@ -7,7 +7,7 @@ from pathlib import Path
 from audit.core.release import ReleaseRule
 from .estimates import SamplesAudit, SamplesConfig
 from .columns import table_sha256
-from .table import DesignConfig, load
+from .table import DesignConfig, load, read_saved
 
 
 def design_config(settings: dict) -> DesignConfig:
@@ -17,8 +17,12 @@ def design_config(settings: dict) -> DesignConfig:
     return DesignConfig(**d)
 
 
-def load_table(settings: dict):
-    """(table, reference run); raises audit.samples.table.TableError listing every problem."""
+def load_table(settings: dict, saved=None):
+    """(table, reference run); raises audit.samples.table.TableError listing every problem. `saved`: the file the
+    CLI saved its validated table to (audit.samples.table.save), read instead of the inputs."""
+    if saved:
+        t = read_saved(saved)
+        return t, t.reference
     t = load(settings["samples"], settings["gold"], mapping=settings.get("mapping"),
              reference=settings.get("reference"), design=design_config(settings))
     return t, t.reference
@@ -33,8 +37,8 @@ def samples_config(settings: dict) -> SamplesConfig:
                          stress_examples=int(settings.get("stress_examples", 24)))
 
 
-def open_audit(settings: dict) -> SamplesAudit:
-    table, reference = load_table(settings)
+def open_audit(settings: dict, saved=None) -> SamplesAudit:
+    table, reference = load_table(settings, saved)
     return SamplesAudit(table, reference, samples_config(settings))
 
 

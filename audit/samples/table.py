@@ -498,3 +498,45 @@ def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]
                             f"this test refuses at most {design.alpha:.0%} of tables whose gold rows are one "
                             "(--design-alpha); relabel a random subset, or pass --nonrandom-gold widen "
                             "--gold-range LO HI for worst-case intervals")
+
+
+# ------------------------------------------------------------------------------------------- hand-over
+def save(t: Table, path: Path) -> None:
+    """The validated table (and its design test) as one Arrow IPC file, so the claims' pytest process reads in a
+    memory map what the CLI already read and checked instead of parsing and testing the inputs again."""
+    import pyarrow as pa
+    cols = {"sample_id": t.sample_id, "run_code": t.run_code, "family_code": t.family_code,
+            "prompt_code": t.prompt_code, "proxy": t.proxy, "gold": t.gold}
+    if t.step is not None:
+        cols["step"] = t.step
+    if t.completion.array is not None:
+        cols["completion"] = t.completion.array
+    meta = {"samples_path": t.samples_path, "gold_path": t.gold_path, "runs": t.runs, "families": t.families,
+            "reference": t.reference, "design": [[r, f, d] for (r, f), d in t.design.items()],
+            "texts": None if t.completion.array is not None else
+            {"files": [str(f) for f in t.completion.files], "column": t.completion.column}}
+    tab = pa.table(cols).replace_schema_metadata({"audit.samples": json.dumps(meta)})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, tab.schema) as w:
+        w.write_table(tab)
+    with pa.OSFile(str(path.with_suffix(".prompts.arrow")), "wb") as sink:
+        prompts = pa.table({"prompt_id": pa.array(t.prompts, pa.string())})
+        with pa.ipc.new_file(sink, prompts.schema) as w:
+            w.write_table(prompts)
+
+
+def read_saved(path: Path) -> Table:
+    """The Table save() wrote (numeric columns memory-mapped, not copied)."""
+    import pyarrow as pa
+    path = Path(path)
+    tab = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    meta = json.loads(tab.schema.metadata[b"audit.samples"])
+    prompts = pa.ipc.open_file(pa.memory_map(str(path.with_suffix(".prompts.arrow")))).read_all()
+    num = lambda c: tab[c].combine_chunks().to_numpy(zero_copy_only=False)   # noqa: E731
+    texts = (columns.Texts(tab["completion"].combine_chunks()) if meta["texts"] is None else
+             columns.Texts(files=[Path(f) for f in meta["texts"]["files"]], column=meta["texts"]["column"],
+                           n=tab.num_rows))
+    t = Table(meta["samples_path"], meta["gold_path"], tab["sample_id"].combine_chunks(), num("run_code"),
+              num("family_code"), num("prompt_code"), texts, num("proxy"), num("gold"),
+              num("step") if "step" in tab.column_names else None, meta["runs"], meta["families"],
+              prompts["prompt_id"].to_pylist(), {(r, f): d for r, f, d in meta["design"]}, meta["reference"])
+    return t

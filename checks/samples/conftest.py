@@ -17,6 +17,9 @@ AUDIT_KEY = pytest.StashKey[object]()
 def pytest_addoption(parser):
     parser.getgroup("audit").addoption("--samples-settings", default=None, metavar="JSON",
                                        help="settings of a samples audit (written by python -m audit.samples)")
+    parser.getgroup("audit").addoption("--samples-table", default=None, metavar="ARROW",
+                                       help="the table python -m audit.samples already read and validated "
+                                            "(audit.samples.table.save); without it the inputs are read again")
 
 
 def _settings(config) -> dict:
@@ -32,7 +35,7 @@ def _settings(config) -> dict:
 def samples_audit_of(config):
     if AUDIT_KEY not in config.stash:
         from audit.samples.session import open_audit
-        config.stash[AUDIT_KEY] = open_audit(_settings(config))
+        config.stash[AUDIT_KEY] = open_audit(_settings(config), config.getoption("--samples-table"))
     return config.stash[AUDIT_KEY]
 
 
