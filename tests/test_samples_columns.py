@@ -9,9 +9,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from audit.samples import columns, table as table_mod
+from audit.samples import columns, rows as rows_mod, table as table_mod
 from audit.samples.estimates import SamplesAudit, SamplesConfig
-from audit.samples.table import DesignConfig, TableError, load
+from audit.samples.table import TableError, load
 from tests.samples_synth import make_table, write_jsonl
 
 
@@ -28,7 +28,7 @@ def _same(a, b):
 
 def _rows_path(s, g):
     """The row-by-row reader alone, as the fallback runs it."""
-    return table_mod._load_rows(s, g, {}, DesignConfig(), [])
+    return table_mod._table(s, g, *rows_mod.load_rows(s, g, {}, None, []))
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,8 @@ def test_fast_path_equals_row_reader_on_every_format(synth, monkeypatch):
     pacsv.write_csv(tab, d / "s.csv")
     pq.write_table(pa.Table.from_pylist(gold), d / "g.parquet")
     calls = []
-    real = table_mod._load_rows
-    monkeypatch.setattr(table_mod, "_load_rows", lambda *a: calls.append(a[0]) or real(*a))
+    real = rows_mod.load_rows
+    monkeypatch.setattr(rows_mod, "load_rows", lambda *a: calls.append(a[0]) or real(*a))
     for sp, gp in ((s, g), (d / "s.parquet", d / "g.parquet"), (d / "s.csv", g)):
         _same(load(sp, gp), base)
     assert calls == [], f"a valid table fell back to the row reader: {calls}"
@@ -157,7 +157,7 @@ def test_generator_is_seeded_and_readable(tmp_path):
 
 def test_draw_on_a_loaded_table_is_draw_gold_s_draw(synth):
     from audit.samples.draw import draw, draw_table
-    from audit.samples.table import read_samples
+    from audit.samples.rows import read_samples
     d, rows, gold, s, g = synth
     shuffled = [rows[i] for i in np.random.default_rng(3).permutation(len(rows))]     # cells interleaved
     p = write_jsonl(d / "shuffled.jsonl", shuffled)
@@ -193,7 +193,7 @@ def test_parquet_with_integer_ids_and_token_lists_takes_the_fast_path(synth, tmp
     pq.write_table(pa.Table.from_pylist(ints), tmp_path / "s.parquet")
     pq.write_table(pa.Table.from_pylist([{"sample_id": idmap[x["sample_id"]], "gold": x["gold"]} for x in gold]),
                    tmp_path / "g.parquet")
-    monkeypatch.setattr(table_mod, "_load_rows", lambda *a: pytest.fail("fell back to the row reader"))
+    monkeypatch.setattr(rows_mod, "load_rows", lambda *a: pytest.fail("fell back to the row reader"))
     t = load(tmp_path / "s.parquet", tmp_path / "g.parquet")
     assert t.sample_id[3].as_py() == "3" and t.prompts[:3] == ["0", "1", "2"]
     assert t.texts([0, 5]) == [rows[0]["completion"], rows[5]["completion"]]

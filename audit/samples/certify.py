@@ -96,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
 
 def settings(a) -> tuple[dict, list[str]]:
     """The audit's settings as one JSON-able dict (the checks read it), and the usage problems found."""
-    from .table import column_mapping
+    from .rows import column_mapping
     mapping, problems = column_mapping(a.column)
     if a.min_gold < 2:
         problems.append(f"--min-gold {a.min_gold}: expected an integer >= 2")

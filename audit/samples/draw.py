@@ -34,7 +34,7 @@ from rlhf.errors import EXIT_OK
 
 from audit.core import claims_runner
 from .columns import table_sha256
-from .table import FORMATS, TableError, _read_rows, _text, column_mapping, read_samples, unknown_columns
+from .rows import FORMATS, TableError, column_mapping, read_rows, read_samples, text_id, unknown_columns
 
 COLUMNS = ("sample_id", "run", "family", "prompt_id", "prompt", "completion", "gold")
 RECORD_KIND = "audit.samples draw-gold"
@@ -219,11 +219,11 @@ def check_record(settings: dict, table=None) -> list[str]:
         return [f"{path}: its sample_ids are not the draw of seed {seed}, {per_cell} per cell from {samples} "
                 "(edited by hand?): draw again with python -m audit.samples draw-gold"]
     problems: list[str] = []
-    rows = _read_rows(gold, problems)
+    rows = read_rows(gold, problems)
     if rows is None:
         return []                                   # the table reader names it
     key = (settings.get("mapping") or {}).get("sample_id", "sample_id")
-    bad = [(loc, s) for loc, r in rows if (s := _text(r.get(key))) is not None and s not in ids]
+    bad = [(loc, s) for loc, r in rows if (s := text_id(r.get(key))) is not None and s not in ids]
     out = [f"{loc}: column '{key}': {s!r} is not one of the {len(ids)} rows drawn by draw-gold ({path}: seed {seed}, "
            f"{per_cell} per cell): gold rows must come from that draw" for loc, s in bad[:10]]
     if len(bad) > 10:

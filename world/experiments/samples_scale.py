@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 _READER = """
 import sys, time
 from pathlib import Path
-from audit.samples import table
+from audit.samples import rows, table
 s, g, how = sys.argv[1], sys.argv[2], sys.argv[3]
 t0 = time.perf_counter()
 if how == "columns":
     t = table.load(s, g)
 else:
-    t = table._load_rows(Path(s), Path(g), {}, table.DesignConfig(), [])
+    t = table._table(s, g, *rows.load_rows(Path(s), Path(g), {}, None, []))
 print(time.perf_counter() - t0, len(t.proxy))
 """
 
