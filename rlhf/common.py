@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .errors import InputError
-from .machine import cpu_model  # noqa: F401 - part of this module's interface
+from .machine import cpu_model
 
 
 def setup_torch(threads: int | None = None) -> None:

@@ -35,7 +35,7 @@ class TableConfig:
     tokens: int = 12              # tokens per completion
     seed: int = 0
     format: str = "parquet"       # parquet | jsonl | csv
-    shards: int = 0               # 0: one file; K: DIR/samples/part-*.{format}
+    shards: int = 0               # 0: one file; K: about K files DIR/samples/part-*.{format} (one a chunk at least)
     chunk: int = 500_000          # rows generated and written at a time
 
 
@@ -114,8 +114,10 @@ def generate(cfg: TableConfig, out: Path) -> dict:
             g = gsel[(gsel >= start) & (gsel < start + n)] - start
             gold_ids.append(ids[g]), gold_vals.append(gold[g])
             if cfg.shards:
-                # rows spread over K shards round-robin by chunk, as a multi-writer logger would leave them
-                for k, piece in enumerate(_split(tab, max(1, cfg.shards // max(1, -(-cfg.rows // cfg.chunk))))):
+                # each chunk as K / (number of chunks) consecutive part files, at least one: about K shards,
+                # the rows in order across them (a logger rolling its file over)
+                n_chunks = -(-cfg.rows // cfg.chunk)
+                for piece in _split(tab, max(1, cfg.shards // n_chunks)):
                     _write(piece, tmp / "samples" / f"part-{part:05d}.{ext}", cfg.format, pq, pacsv)
                     part += 1
                 continue
@@ -169,7 +171,7 @@ def main(argv=None) -> int:
     ap.add_argument("--families", type=positive_int, default=TableConfig.families)
     ap.add_argument("--gold-per-cell", type=positive_int, default=TableConfig.gold_per_cell)
     ap.add_argument("--format", choices=["parquet", "jsonl", "csv"], default="parquet")
-    ap.add_argument("--shards", type=int, default=0, help="write DIR/samples/part-*.FORMAT shards (0: one file)")
+    ap.add_argument("--shards", type=int, default=0, help="write about K shards DIR/samples/part-*.FORMAT, at least one per 500,000-row chunk (0: one file)")
     ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)

@@ -3,8 +3,8 @@ audit needs, checked with vectorised kernels. A file, or a directory of shards (
 Spark, Ray or a trainer's logger write them; read in file-name order).
 
 It never explains a problem: anything it does not accept as plainly valid (a malformed line, a null, a float id, a
-non-finite number, a duplicate id, an unknown gold id...) makes it return None, and the row-by-row reader in
-audit.samples.table reads the same file again to name the file, line and column. So a valid table costs one
+non-finite number, a duplicate id, an unknown gold id...) raises Unusual, and the row-by-row reader
+(audit.samples.rows) reads the same file again to name the file, line and column. So a valid table costs one
 columnar pass, and an invalid one gets the same messages as before.
 """
 from __future__ import annotations
@@ -56,21 +56,6 @@ def table_sha256(path) -> str:
     return h.hexdigest()
 
 
-def column_names(files: list[Path], fmt: str) -> set | None:
-    """The columns of a Parquet table from its footer (no data read); None for JSONL/CSV (known once read)."""
-    if fmt != "parquet":
-        return None
-    import pyarrow.parquet as pq
-    names = None
-    for f in files:
-        try:
-            s = set(pq.read_schema(f).names)
-        except Exception:  # noqa: BLE001 - the row reader names an unreadable file
-            return None
-        names = s if names is None else names & s
-    return names
-
-
 def read(files: list[Path], fmt: str, columns: list[str], optional: list[str] = (), categorical: list[str] = ()):
     """A pyarrow Table of `columns` (every one required) and those of `optional` present in every file; raises
     Unusual when a file does not read cleanly as a table or a required column is missing. Parquet columns named in
@@ -83,9 +68,8 @@ def read(files: list[Path], fmt: str, columns: list[str], optional: list[str] = 
     for f in files:
         try:
             if fmt == "parquet":
-                have = set(pq.read_schema(f).names)
-                cols = [c for c in columns if c in have] + [c for c in optional if c in have]
                 schema = pq.read_schema(f)
+                cols = [c for c in list(columns) + list(optional) if c in schema.names]
                 strings = [c for c in categorical if c in cols and (pa.types.is_string(schema.field(c).type)
                                                                      or pa.types.is_large_string(schema.field(c).type))]
                 t = pq.read_table(f, columns=cols, read_dictionary=strings)
@@ -125,9 +109,7 @@ def ids(col):
     import pyarrow as pa
     import pyarrow.compute as pc
     col = _plain(col)
-    if pa.types.is_integer(col.type):
-        col = pc.cast(col, pa.string())
-    elif pa.types.is_large_string(col.type):
+    if pa.types.is_integer(col.type) or pa.types.is_large_string(col.type):
         col = pc.cast(col, pa.string())
     elif not pa.types.is_string(col.type):
         raise Unusual(f"id column of type {col.type}")
@@ -158,10 +140,8 @@ def numbers(col, allow_null: bool = False) -> np.ndarray:
         raise Unusual(f"numeric column of type {col.type}")
     if col.null_count and not allow_null:
         raise Unusual("null number")
-    x = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    finite = np.isfinite(x)
-    if not (finite.all() or (allow_null and (finite | np.isnan(x)).all() and
-                             (np.isnan(x).sum() == col.null_count))):
+    x = col.cast(pa.float64()).to_numpy(zero_copy_only=False)          # a null becomes NaN
+    if not np.isfinite(x[col.is_valid().to_numpy(zero_copy_only=False)]).all():     # a stored NaN or inf
         raise Unusual("non-finite number")
     return x
 
@@ -265,43 +245,30 @@ class Texts:
         return Texts(pa.array(self.take(rows), pa.string()))
 
 
-def parquet_texts_are_strings(files: list[Path], column: str) -> bool:
-    """Whether every file stores the completion column as strings (read lazily), not lists of tokens (read whole)."""
+def lazy_parquet_texts(files: list[Path], column: str) -> bool:
+    """Whether the completion column can stay in the Parquet files: True when every file stores it as strings
+    with no nulls (from the footers' statistics where they have them, else read batch by batch); False when a file
+    stores lists of tokens or cannot be read (it is read whole); Unusual at a null."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     for f in files:
         try:
-            schema = pq.read_schema(f)
+            pf = pq.ParquetFile(f)
         except Exception:  # noqa: BLE001 - an unreadable file is the row reader's to name
             return False
+        schema = pf.schema_arrow
         if column not in schema.names:
             return False
         typ = schema.field(column).type
         typ = typ.value_type if pa.types.is_dictionary(typ) else typ
         if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
             return False
-    return True
-
-
-def check_parquet_texts(files: list[Path], column: str) -> None:
-    """The completion column of Parquet files is strings with no nulls, from the footers' statistics where they
-    have them, else by reading it batch by batch; Unusual otherwise."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    for f in files:
-        pf = pq.ParquetFile(f)
-        typ = pf.schema_arrow.field(column).type
-        if pa.types.is_dictionary(typ):
-            typ = typ.value_type
-        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
-            raise Unusual("completion not a string column")       # lists of tokens: read whole, in memory
-        i = pf.schema_arrow.get_field_index(column)
-        md = pf.metadata
+        i, md = schema.get_field_index(column), pf.metadata
         stats = [md.row_group(g).column(i).statistics for g in range(md.num_row_groups)]
-        if all(s is not None and s.has_null_count for s in stats):
-            if any(s.null_count for s in stats):
-                raise Unusual("null completion")
-            continue
-        for batch in pf.iter_batches(columns=[column], batch_size=1 << 16):
-            if batch.column(0).null_count:
-                raise Unusual("null completion")
+        if all(st is not None and st.has_null_count for st in stats):
+            nulls = any(st.null_count for st in stats)
+        else:
+            nulls = any(b.column(0).null_count for b in pf.iter_batches(columns=[column], batch_size=1 << 16))
+        if nulls:
+            raise Unusual("null completion")
+    return True

@@ -33,8 +33,8 @@ from rlhf.cli import Parser, positive_int, seed_arg
 from rlhf.errors import EXIT_OK
 
 from audit.core import claims_runner
-from .columns import table_sha256
-from .rows import FORMATS, TableError, column_mapping, read_rows, read_samples, text_id, unknown_columns
+from .columns import FORMATS, table_sha256
+from .rows import TableError, column_mapping, read_rows, read_samples, text_id, unknown_columns
 
 COLUMNS = ("sample_id", "run", "family", "prompt_id", "prompt", "completion", "gold")
 RECORD_KIND = "audit.samples draw-gold"

@@ -128,15 +128,27 @@ class SamplesAudit:
         return out
 
     # ---------------------------------------------------------------------------------------------- runs
+    def deltas(self, run: str) -> tuple[dict, dict]:
+        """The release rule's inputs: per family and balanced (families equally weighted), the run minus the
+        reference, prediction-powered ({family: interval}, interval)."""
+        fams, conf = self.t.families, self.cfg.confidence
+        w = 1.0 / len(fams)
+        per, dbal = {}, []
+        for f in fams:
+            c, r = self.cell(run, f), self.cell(self.reference, f)
+            per[f] = combine([(1.0, c["ppi"]), (-1.0, r["ppi"])], conf)
+            dbal += [(w, c["ppi"]), (-w, r["ppi"])]
+        return per, combine(dbal, conf)
+
     def run(self, run: str) -> dict:
         """Per family and balanced: the estimates and gold-only estimates, deltas vs the reference, the rule."""
         fams, conf = self.t.families, self.cfg.confidence
         w = 1.0 / len(fams)
-        per, bal, bal_g, dbal, dbal_g, fam_delta_ci = {}, [], [], [], [], {}
+        deltas, db = self.deltas(run)
+        per, bal, bal_g, dbal_g = {}, [], [], []
         for f in fams:
-            c, r = self.cell(run, f), self.cell(self.reference, f)
+            c, r, d = self.cell(run, f), self.cell(self.reference, f), deltas[f]
             q, qg = combine([(1.0, c["ppi"])], conf), combine([(1.0, c["gold_only"])], conf)
-            d = combine([(1.0, c["ppi"]), (-1.0, r["ppi"])], conf)
             dg = combine([(1.0, c["gold_only"]), (-1.0, r["gold_only"])], conf)
             per[f] = {"estimate": q["estimate"], "ci95": q["ci95"],
                       "ci95_gold_only": qg["ci95"], "gold_only_estimate": qg["estimate"],
@@ -145,12 +157,9 @@ class SamplesAudit:
                       "reference_proxy_mean": r["proxy_mean"], "n_samples": c["n_samples"], "n_gold": c["n_gold"],
                       "lam": c["lam"], "widened": c["widened"], "method": c["method"],
                       "width_ratio": _ratio(q["ci95"], qg["ci95"])}
-            fam_delta_ci[f] = d["ci95"]
             bal.append((w, c["ppi"])), bal_g.append((w, c["gold_only"]))
-            dbal += [(w, c["ppi"]), (-w, r["ppi"])]
             dbal_g += [(w, c["gold_only"]), (-w, r["gold_only"])]
-        b, bg = combine(bal, conf), combine(bal_g, conf)
-        db, dbg = combine(dbal, conf), combine(dbal_g, conf)
+        b, bg, dbg = combine(bal, conf), combine(bal_g, conf), combine(dbal_g, conf)
         out = {"run": run, "is_reference": run == self.reference, "estimated_true_quality": b["estimate"],
                "ci95": b["ci95"], "ci95_gold_only": bg["ci95"], "gold_only_estimate": bg["estimate"],
                "delta": db["estimate"], "delta_ci95": db["ci95"], "delta_ci95_gold_only": dbg["ci95"],
@@ -159,21 +168,17 @@ class SamplesAudit:
             out.update(passes=False, checks=None,
                        reasons=["the reference run: the baseline every run is compared with"])
         else:
-            v = self.cfg.release_rule.evaluate(db["estimate"], db["ci95"], fam_delta_ci)
+            v = self._rule(deltas, db)
             out.update(passes=v["passes"], reasons=v["reasons"], checks=v["checks"])
         return out
 
     def verdict(self, run: str) -> dict:
         """The release rule's verdict on a run and its per-family delta CIs alone: what run() decides, without
         the estimates around it (the corruption stress re-decides every run for every corruption)."""
-        fams, conf = self.t.families, self.cfg.confidence
-        w = 1.0 / len(fams)
-        fam_delta_ci, dbal = {}, []
-        for f in fams:
-            c, r = self.cell(run, f), self.cell(self.reference, f)
-            fam_delta_ci[f] = combine([(1.0, c["ppi"]), (-1.0, r["ppi"])], conf)["ci95"]
-            dbal += [(w, c["ppi"]), (-w, r["ppi"])]
-        db = combine(dbal, conf)
+        return self._rule(*self.deltas(run))
+
+    def _rule(self, per: dict, db: dict) -> dict:
+        fam_delta_ci = {f: d["ci95"] for f, d in per.items()}
         return {**self.cfg.release_rule.evaluate(db["estimate"], db["ci95"], fam_delta_ci),
                 "family_delta_ci95": fam_delta_ci}
 

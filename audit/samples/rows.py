@@ -20,7 +20,6 @@ SAMPLE_COLUMNS = ("sample_id", "run", "family", "prompt_id", "completion", "prox
 OPTIONAL_COLUMNS = ("prompt", "step")
 GOLD_COLUMNS = ("sample_id", "gold")
 MAX_PER_FILE = 10
-FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
 class TableError(InputError):

@@ -38,7 +38,8 @@ class DesignConfig:
 class Table:
     """A validated samples table, column by column. Runs, families and prompts are integer codes into their
     names (a 10M-row table keeps three int32 columns, not 30M Python strings); `run`, `family` and `prompt_id`
-    give the names per row where a caller wants them. sample_id and completion stay Arrow string arrays."""
+    give the names per row where a caller wants them. sample_id stays an Arrow string array; completions are
+    read where a claim needs them (audit.samples.columns.Texts)."""
     samples_path: str
     gold_path: str
     sample_id: object               # pyarrow string array
@@ -118,7 +119,7 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
         try:
             t = _load_columns(sp, gp, mapping, design)
         except columns.Unusual:
-            t = None
+            pass                    # the row reader names what the fast one would not take
     if t is None:
         t = _table(sp, gp, *rows.load_rows(sp, gp, mapping, design.gold_range, problems))
     if reference is None and "reference" in t.runs:
@@ -147,13 +148,12 @@ def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Ta
     if bad or bad2:
         raise columns.Unusual(bad or bad2)
     # completions stay in Parquet files, read where a claim needs them (lists of tokens are joined in memory)
-    lazy_text = sfmt == "parquet" and columns.parquet_texts_are_strings(sfiles, col("completion"))
+    lazy_text = sfmt == "parquet" and columns.lazy_parquet_texts(sfiles, col("completion"))
     need = [col(c) for c in SAMPLE_COLUMNS if not (lazy_text and c == "completion")]
     st = columns.read(sfiles, sfmt, need, [col("step")], categorical=[col(c) for c in ("run", "family", "prompt_id")])
     if st.num_rows == 0:
         raise columns.Unusual("no rows")
     if lazy_text:
-        columns.check_parquet_texts(sfiles, col("completion"))
         comp = columns.Texts(files=sfiles, column=col("completion"), n=st.num_rows)
     else:
         comp = columns.Texts(columns.texts(st[col("completion")]))

@@ -36,7 +36,7 @@ print(time.perf_counter() - t0, len(t.proxy))
 """
 
 
-def measured(cmd: list[str], env=None) -> tuple[float, float, subprocess.CompletedProcess | None, str]:
+def measured(cmd: list[str], env=None) -> tuple[float, float, int, str]:
     """(wall seconds, peak RSS in GB of the process tree, return code, its output's last line)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
