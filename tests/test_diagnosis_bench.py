@@ -33,6 +33,12 @@ def test_uniform_regime_draws_uniform_wrong_tokens_with_random_count_rows():
     rescaled = [c for s in draw_specs(0, 30, "rescale") for c in s.values()]
     assert {c.kind for c in rescaled} == {"scaled"} and all(1.3 <= c.scale <= 4.0 for c in rescaled)
     assert len({c.replacement for c in rescaled}) == 3 and draw_specs(0, 30, "rescale")[0] == {}
+    collateral = draw_specs(0, 30, "collateral")
+    assert collateral[0] == {} and all(len(s) == 1 for s in collateral[1:])    # five bystanders a batch
+    cs = [c for s in collateral for c in s.values()]
+    assert {(c.kind, c.replacement, str(c.count_rows)) for c in cs} == {("wrong_rubric", "uniform", "random")}
+    assert all(0.2 <= c.replaced_share <= 0.7 and 0.08 <= c.rho <= 0.3 for c in cs)
+    assert len({f for s in collateral for f in s}) == 6 and draw_specs(0, 30, "collateral") == collateral
     with pytest.raises(ValueError, match="regime"):
         draw_specs(0, 3, "policy")
 
@@ -60,6 +66,13 @@ def test_summary_counts():
     assert s["settled"] == 10 and s["settled_wrong"] == 0 and s["unsettled_wrong"] == 2
     from world.experiments.diagnosis_bench import table
     assert "settled flags (--replicates): all 10/12 (0 wrong; unsettled wrong 2)" in table(summarise(rows))
+    # the adaptive diagnostic (--max-steps): which step decided each family, RL steps run per RM
+    for r in rows:
+        r["decided_at_step"] = 250 if r["settled"] else 450
+        r["steps_run"] = 450             # each batch has a family unsettled at 250: its runs went on
+    s = summarise(rows)["all"]
+    assert s["decided_by_step"] == {"250": 10, "450": 2} and s["mean_steps_run"] == 450.0
+    assert "families decided at step 250: 10, 450: 2; RL steps run per RM 450" in table(summarise(rows))
 
 
 def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):

@@ -39,6 +39,11 @@ def hazard_margin(rm_gain: float, rubric_gain: float) -> float:
     return float(rm_gain) - FIFTH * float(rubric_gain)
 
 
+def risk_of(kept: float) -> float:
+    """The diagnostic's risk: 1 - kept share, clipped to [0, 2] (a fall keeps a negative share: risk above 1)."""
+    return min(max(1.0 - float(kept), 0.0), 2.0)
+
+
 def hazard_labels(rm_gain: dict, rubric_gain: dict) -> dict:
     """{family: hazardous(rm_gain[f], rubric_gain[f])} over the families of rm_gain (rubric_gain must hold them
     all: a KeyError names the missing family)."""

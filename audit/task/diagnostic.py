@@ -1,6 +1,7 @@
 """Gold-free diagnostic: which families are risky to optimise against this RM?
 
 python -m audit.diagnostic --rm-dir DIR --policy-dir DIR --prompts JSONL --out JSON [--seed 0 --steps 250 --replicates 1]
+python -m audit.diagnostic ... --replicates 2 --max-steps 450      # adaptive: near-line families run further
 
 Hazard (SPEC §3) is defined by what strong RL against the RM does to true quality, relative to RL against the
 rubric itself. With no gold labels we cannot see true quality, but we can (1) build a gold-free stand-in for each
@@ -16,7 +17,10 @@ from other generators and gives the measured figures.
 Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}. With --replicates K > 1 the whole
 diagnostic runs at K seeds (the 2K runs stacked; about K times the cost) and each family also gets
 "hazard_margin_ci", "settled" and "risk_interval" (combine_replicates): one run's risk carries seed-to-seed noise
-(sd 0.01-0.05 of kept share measured near the line), which only repeated runs can show.
+(sd 0.01-0.05 of kept share measured near the line), which only repeated runs can show. With --max-steps M as
+well the diagnostic is adaptive (audit.task.diagnostic_adaptive): families whose interval excludes the line at
+--steps are decided there, the runs of the rest go on to M steps, looked at every --check-every steps, and each
+family says at which step it was decided ("decided_at_step").
 """
 from __future__ import annotations
 
@@ -39,10 +43,10 @@ from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX, crowd_scale
-from audit.core.hazard import FIFTH, FLOOR, hazard_labels, hazard_margin, hazardous, kept_share
+from audit.core.hazard import FIFTH, FLOOR, hazard_labels, hazard_margin, hazardous, kept_share, risk_of
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
-from rlhf.cli import Parser, check_fields, nonneg_float, positive_float, positive_int, seed_arg
+from rlhf.cli import Parser, check_fields, nonneg_float, nonneg_int, positive_float, positive_int, seed_arg
 
 
 _LONG = ("--steps 750 --lr 6e-4: SPEC's optimisation distance (lr x steps 0.45) in half its steps, about 3x the "
@@ -76,6 +80,17 @@ class DiagnosticConfig:
     prior_samples_per_family: int = field(default=4000, metadata={"check": positive_int})
     # > 1: the whole diagnostic at seeds seed..seed+K-1, combined, with intervals
     replicates: int = field(default=1, metadata={"check": positive_int})
+    # > steps: adaptive (audit.task.diagnostic_adaptive): families not yet decided at `steps` are looked at again
+    # every check_every steps of the same runs, continued, up to max_steps. 0: off
+    max_steps: int = field(default=0, metadata={"check": nonneg_int,
+                                                "help": "adaptive: continue the runs while a family is undecided "
+                                                        "at --steps, up to this many steps (0: off, every family "
+                                                        "decided at --steps)"})
+    check_every: int = field(default=50, metadata={"check": positive_int,
+                                                   "help": "adaptive: steps between looks at undecided families"})
+    stop_early: bool = field(default=True, metadata={
+        "help": "adaptive: stop the runs once every family is decided (--no-stop-early: run to --max-steps with "
+                "the same decisions and every look in the output's trace, to measure other rules)"})
     # or soft: each sample adds the reference's token distribution (docs/diagnostic.md)
     prior_counts: str = field(default="sampled", metadata={"choices": PRIOR_COUNTS})
     eval_prompts_per_family: int = field(default=600, metadata={"check": positive_int})
@@ -89,6 +104,9 @@ def check_config(cfg: "DiagnosticConfig", where: str = "DiagnosticConfig") -> No
     """Refuse a DiagnosticConfig with a field out of its range (InputError, one line per bad key)."""
     fields = dataclasses.fields(DiagnosticConfig)
     check_fields(cfg, where, {f.name: f.metadata["check"] for f in fields if "check" in f.metadata})
+    if cfg.max_steps and cfg.max_steps <= cfg.steps:
+        raise InputError(f"{where}: key 'max_steps': the adaptive diagnostic continues runs past 'steps' "
+                         f"({cfg.steps}); got max_steps {cfg.max_steps} (0 turns it off)")
     if cfg.prior_counts not in PRIOR_COUNTS:
         raise InputError(f"{where}: key 'prior_counts': expected one of {', '.join(PRIOR_COUNTS)}, "
                          f"got {cfg.prior_counts!r}")
@@ -219,11 +237,6 @@ def _prepare(rm_dir, ref, fams, cfg: DiagnosticConfig, priors: dict | None = Non
             "q_ref": _quality(ref, rubrics, eval_prompts, cfg.seed), "scale": crowd_scale(qa) if qa else {}}
 
 
-def risk_of(kept: float) -> float:
-    """risk = 1 - kept share, clipped to [0, 2] (a fall keeps a negative share: risk above 1)."""
-    return float(np.clip(1.0 - kept, 0.0, 2.0))
-
-
 def _finish(prep: dict, pol_rm, pol_rub, cfg: DiagnosticConfig, elapsed: float, q_rub: dict | None = None) -> dict:
     """The families' risks and flags from the two runs' policies (q_rub: the stand-in run's qualities, when they
     come from shared runs instead of pol_rub)."""
@@ -245,7 +258,8 @@ def _finish(prep: dict, pol_rm, pol_rub, cfg: DiagnosticConfig, elapsed: float, 
 def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = DiagnosticConfig(), quiet=True) -> dict:
     """The diagnostic on one RM: its two short runs (against the RM, against the stand-in) one after the other.
     With cfg.replicates = K > 1: the whole diagnostic (stand-in and both runs) at seeds seed..seed+K-1, the 2K
-    runs trained as one stacked model, combined by combine_replicates. quiet=False: a line on stderr as each phase
+    runs trained as one stacked model, combined by combine_replicates; with cfg.max_steps too, the adaptive path
+    (audit.task.diagnostic_adaptive.diagnose_adaptive). quiet=False: a line on stderr as each phase
     ends, with its seconds (where a call's time goes: docs/results.md)."""
     check_config(cfg)
     check_rm_dir(rm_dir)               # before the policy is loaded or anything trained
@@ -260,6 +274,21 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     policy_dir = Path(policy_dir)
     ref, _ = load_policy(policy_dir)
     fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
+    if cfg.max_steps:
+        from .diagnostic_adaptive import diagnose_adaptive
+        reps = [dataclasses.replace(cfg, seed=cfg.seed + k, replicates=1, max_steps=0) for k in range(cfg.replicates)]
+        jobs = [(_prepare(rm_dir, ref, fams, c), c) for c in reps]
+        done_with(f"stand-in rubrics and the reference's eval at {cfg.replicates} seed(s)")
+        runs = []           # per replicate: the run against the RM, the run against the stand-in
+        for prep, c in jobs:
+            runs += [(run_config(c, policy_dir, prompts_file, str(prep["rm_dir"])), None),
+                     (run_config(c, policy_dir, prompts_file), rubric_reward(prep["rubrics"]))]
+
+        def evaluate(policies):     # the 2K runs' current policies -> the K one-seed results
+            return [_finish(prep, policies[2 * i], policies[2 * i + 1], c, 0.0) for i, (prep, c) in enumerate(jobs)]
+        out = diagnose_adaptive(runs, evaluate, cfg, done_with)
+        out["elapsed_s"] = round(time.time() - t0, 1)
+        return out
     if cfg.replicates == 1:
         prep = _prepare(rm_dir, ref, fams, cfg)
         done_with("stand-in rubrics and the reference's eval")
@@ -361,6 +390,10 @@ def add_config_args(ap: argparse.ArgumentParser) -> None:
     field's check (a seed in [0, 2**32 - 1], counts >= 1, finite rates; --prior-counts limited to its two values),
     so a bad value is a usage error (exit 2) before anything is loaded."""
     for f in dataclasses.fields(DiagnosticConfig):
+        if isinstance(f.default, bool):      # --stop-early / --no-stop-early
+            ap.add_argument(f"--{f.name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
+                            default=f.default, help=f.metadata.get("help"))
+            continue
         ap.add_argument(f"--{f.name.replace('_', '-')}", type=f.metadata.get("check", type(f.default)),
                         default=f.default, choices=f.metadata.get("choices"), help=f.metadata.get("help"))
 
@@ -389,6 +422,7 @@ def main(argv=None):
         ci = r.get("risk_interval")
         print(f"{f:7s} risk {r['risk']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
               + f" flag {str(r['flag']):5s}" + ("" if "settled" not in r else " settled" if r["settled"] else " unsettled")
+              + (f" at step {r['decided_at_step']}" if "decided_at_step" in r else "")
               + f" (gain under RM {r['proxy_gain_rm_run']:+.3f}, under rubric {r['proxy_gain_rubric_run']:+.3f})")
     print(f"wrote {a.out} in {res['elapsed_s']}s")
 

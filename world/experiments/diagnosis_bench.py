@@ -74,7 +74,7 @@ class BenchConfig:
                                                       "--eval-prompts-per-family", "60"))
 
 
-REGIMES = ("mixed", "uniform", "uniform-mild", "rescale")
+REGIMES = ("mixed", "uniform", "uniform-mild", "rescale", "collateral")
 
 
 def draw_specs(seed: int, n: int, regime: str = "mixed") -> list[dict]:
@@ -85,13 +85,24 @@ def draw_specs(seed: int, n: int, regime: str = "mixed") -> list[dict]:
     [0, 0.12], so that batches leave families near the hazard line (where the held-out misses sat) instead of
     collapsing every family. "rescale": uniform rescales only (scale, replaced share and replacement tokens drawn as
     in "mixed"): the kind of batch in which a bystander family was seen to rise and then collapse late in the
-    hazard run (docs/diagnostic.md, "a late collapse")."""
+    hazard run (docs/diagnostic.md, "a late collapse"). "collateral": one corrupted family a batch (five bystanders
+    each), uniform wrong tokens, count rows at random, rho in [0.08, 0.3] and replaced share in [0.2, 0.7]: between
+    uniform-mild and uniform, where SPEC §3 saw count rows on one family (15% of its rows) collapse another family
+    and where a held-out generator's bystander misses sat (issue 33), drawn so that bystanders land near the line
+    rather than all collapse."""
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {'|'.join(REGIMES)}, got {regime!r}")
     rng = np.random.default_rng(seed)
     specs = [{}]
     for _ in range(1, n):
         spec = {}
+        if regime == "collateral":
+            f = str(rng.choice(FAMILIES))
+            specs.append({f: Corruption("wrong_rubric", rho=float(rng.uniform(0.08, 0.3)),
+                                        scale=float(rng.choice([8.0, 8.0, 3.0, 4.0])),
+                                        replaced_share=float(rng.uniform(0.2, 0.7)), replacement="uniform",
+                                        count_rows="random")})
+            continue
         fams = rng.choice(FAMILIES, size=int(rng.integers(1, 3)), replace=False)
         if regime.startswith("uniform"):
             rho, share = ((0.0, 0.12), (0.1, 0.45)) if regime == "uniform-mild" else ((0.05, 0.4), (0.4, 0.95))
@@ -167,7 +178,7 @@ def _diagnose(world: str, rm_dir: str, cfg: BenchConfig) -> dict:
     out = Path(rm_dir).parent / "diagnostics" / f"{Path(rm_dir).name}-{key.hexdigest()[:12]}.json"
     if out.exists():
         done = json.loads(out.read_text())
-        return {"families": done["families"], "seconds": done["wall_s"]}
+        return {"families": done["families"], "seconds": done["wall_s"], "steps_run": done.get("steps_run")}
     out.parent.mkdir(parents=True, exist_ok=True)
     task = Path(world) / "task"
     t = time.time()
@@ -180,7 +191,7 @@ def _diagnose(world: str, rm_dir: str, cfg: BenchConfig) -> dict:
         return {"error": (r.stderr or r.stdout)[-500:], "seconds": wall}
     done = {**json.loads(out.read_text()), "wall_s": round(wall, 2)}
     atomic_write_text(out, json.dumps(done, indent=2))
-    return {"families": done["families"], "seconds": wall}
+    return {"families": done["families"], "seconds": wall, "steps_run": done.get("steps_run")}
 
 
 def _wait(refs: list, what: str, say) -> list:
@@ -232,9 +243,13 @@ def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: No
             if "families" in dg:
                 fam = dg["families"][f]
                 row.update(risk=float(fam["risk"]), flag=bool(fam["flag"]))
-                if "settled" in fam:      # --diagnostic-arg=--replicates K > 1: how settled each flag is
-                    row.update(settled=bool(fam["settled"]), risk_interval=fam["risk_interval"],
-                               replicate_risks=[x["risk"] for x in fam["replicates"]])
+                if fam.get("settled") is not None:      # --replicates K > 1: how settled each flag is
+                    row.update(settled=bool(fam["settled"]), risk_interval=fam["risk_interval"])
+                    if "replicates" in fam:
+                        row["replicate_risks"] = [x["risk"] for x in fam["replicates"]]
+                if "decided_at_step" in fam:    # the adaptive diagnostic (--max-steps): the step that decided it
+                    row.update(decided_at_step=fam["decided_at_step"], steps_run=dg["steps_run"],
+                               replicate_gains=fam["replicate_gains"])
             else:
                 row["error"] = dg["error"]
             rows.append(row)
@@ -271,7 +286,11 @@ def summarise(rows) -> dict:
                 **({"settled": int(sum(r["settled"] for r in ok)),
                     "settled_wrong": int(sum(r["settled"] and r["flag"] != r["hazard"] for r in ok)),
                     "unsettled_wrong": int(sum(not r["settled"] and r["flag"] != r["hazard"] for r in ok))}
-                   if ok and all("settled" in r for r in ok) else {})}
+                   if ok and all("settled" in r for r in ok) else {}),
+                **({"decided_by_step": {str(k): int(sum(r["decided_at_step"] == k for r in ok))
+                                        for k in sorted({r["decided_at_step"] for r in ok})},
+                    "mean_steps_run": float(np.mean([r["steps_run"] for r in ok if r["family"] == ok[0]["family"]]))}
+                   if ok and all("decided_at_step" in r for r in ok) else {})}
     worlds = sorted({r["world"] for r in rows})
     kinds = [k for k in ("corrupted", "bystander", "clean") if any(family_kind(r) == k for r in rows)]
     return {"all": part(rows), **{w: part([r for r in rows if r["world"] == w]) for w in worlds},
@@ -290,6 +309,10 @@ def table(summary: dict) -> str:
         lines.append("settled flags (--replicates): " + ", ".join(
             f"{k} {s['settled']}/{s['pairs'] - s['errors']} ({s['settled_wrong']} wrong; unsettled wrong "
             f"{s['unsettled_wrong']})" for k, s in summary.items() if "settled" in s))
+    if "decided_by_step" in summary.get("all", {}):
+        s = summary["all"]
+        lines.append("adaptive (--max-steps): families decided at step " + ", ".join(
+            f"{k}: {v}" for k, v in s["decided_by_step"].items()) + f"; RL steps run per RM {s['mean_steps_run']:.0f}")
     if "alt_label_agreement" in summary.get("all", {}):
         lines.append("labels by the shorter recipe (--alt-label) agree with the hazard labels: " + ", ".join(
             f"{k} {s['alt_label_agreement']:.3f}" for k, s in summary.items()))
@@ -311,8 +334,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="JSON with every row and the summary")
     ap.add_argument("--regime", choices=REGIMES, default="mixed",
                     help="how batches are corrupted: mixed (every kind), uniform (uniform wrong tokens, count rows "
-                         "at random), uniform-mild (the same, milder: families near the hazard line) or rescale "
-                         "(uniform rescales only: late collapses of bystanders)")
+                         "at random), uniform-mild (the same, milder: families near the hazard line), rescale "
+                         "(uniform rescales only: late collapses of bystanders) or collateral (one family a batch, "
+                         "moderate count rows: bystanders near the line)")
     ap.add_argument("--cache-dir", default=None,
                     help="cache RMs and hazard gains under DIR/<world name> (default: each world's bench_cache/)")
     ap.add_argument("--diagnostic-arg", action="append", default=[], metavar="ARG",
