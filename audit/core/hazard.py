@@ -44,6 +44,16 @@ def risk_of(kept: float) -> float:
     return min(max(1.0 - float(kept), 0.0), 2.0)
 
 
+def risk_interval(margin_ci, rubric_gain: float) -> list | None:
+    """A hazard-margin interval [lo, hi] on the risk scale at this rubric-run gain: each bound as a kept share
+    (margin / gain + FIFTH), then as a risk (the high margin is the low risk). None without an interval or when
+    the rubric run gains nothing (no share to keep)."""
+    if margin_ci is None or rubric_gain <= FLOOR:
+        return None
+    lo, hi = margin_ci
+    return [risk_of(hi / rubric_gain + FIFTH), risk_of(lo / rubric_gain + FIFTH)]
+
+
 def hazard_labels(rm_gain: dict, rubric_gain: dict) -> dict:
     """{family: hazardous(rm_gain[f], rubric_gain[f])} over the families of rm_gain (rubric_gain must hold them
     all: a KeyError names the missing family)."""

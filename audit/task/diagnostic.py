@@ -1,7 +1,7 @@
 """Gold-free diagnostic: which families are risky to optimise against this RM?
 
 python -m audit.diagnostic --rm-dir DIR --policy-dir DIR --prompts JSONL --out JSON [--seed 0 --steps 250 --replicates 1]
-python -m audit.diagnostic ... --replicates 2 --max-steps 450      # adaptive: near-line families run further
+python -m audit.diagnostic ... --max-steps 450 [--replicates 2]    # adaptive: undecided families run further
 
 Hazard (SPEC §3) is defined by what strong RL against the RM does to true quality, relative to RL against the
 rubric itself. With no gold labels we cannot see true quality, but we can (1) build a gold-free stand-in for each
@@ -17,10 +17,11 @@ from other generators and gives the measured figures.
 Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}. With --replicates K > 1 the whole
 diagnostic runs at K seeds (the 2K runs stacked; about K times the cost) and each family also gets
 "hazard_margin_ci", "settled" and "risk_interval" (combine_replicates): one run's risk carries seed-to-seed noise
-(sd 0.01-0.05 of kept share measured near the line), which only repeated runs can show. With --max-steps M as
-well the diagnostic is adaptive (audit.task.diagnostic_adaptive): families whose interval excludes the line at
---steps are decided there, the runs of the rest go on to M steps, looked at every --check-every steps, and each
-family says at which step it was decided ("decided_at_step").
+(sd 0.01-0.05 of kept share measured near the line), which only repeated runs can show. With --max-steps M the
+diagnostic is adaptive (audit.task.diagnostic_adaptive, any K): a family is decided at --steps when its margin's
+projection to M stays on its side (and, with K > 1, its interval excludes the line); the runs of the rest go on
+to M steps, looked at every --check-every steps, and each family says at which step it was decided
+("decided_at_step"). Not the default: on the collateral bench it decided no more families right (docs/results.md).
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX, crowd_scale
-from audit.core.hazard import FIFTH, FLOOR, hazard_labels, hazard_margin, hazardous, kept_share, risk_of
+from audit.core.hazard import hazard_labels, hazard_margin, hazardous, kept_share, risk_interval, risk_of
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
 from rlhf.cli import Parser, check_fields, nonneg_float, nonneg_int, positive_float, positive_int, seed_arg
@@ -274,11 +275,12 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     policy_dir = Path(policy_dir)
     ref, _ = load_policy(policy_dir)
     fams = sorted({r["family"] for r in read_jsonl(prompts_file)}, key=FAMILIES.index)
-    if cfg.max_steps:
-        from .diagnostic_adaptive import diagnose_adaptive
+    if cfg.replicates > 1 or cfg.max_steps:
         reps = [dataclasses.replace(cfg, seed=cfg.seed + k, replicates=1, max_steps=0) for k in range(cfg.replicates)]
         jobs = [(_prepare(rm_dir, ref, fams, c), c) for c in reps]
-        done_with(f"stand-in rubrics and the reference's eval at {cfg.replicates} seed(s)")
+        done_with(f"stand-in rubrics and the reference's eval at {cfg.replicates} seed{'s' if cfg.replicates > 1 else ''}")
+    if cfg.max_steps:
+        from .diagnostic_adaptive import diagnose_adaptive
         runs = []           # per replicate: the run against the RM, the run against the stand-in
         for prep, c in jobs:
             runs += [(run_config(c, policy_dir, prompts_file, str(prep["rm_dir"])), None),
@@ -299,9 +301,6 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
         out = _finish(prep, pol_rm, pol_rub, cfg, time.time() - t0)
         done_with("evals of both runs")
         return out
-    reps = [dataclasses.replace(cfg, seed=cfg.seed + k, replicates=1) for k in range(cfg.replicates)]
-    jobs = [(_prepare(rm_dir, ref, fams, c), c) for c in reps]
-    done_with(f"stand-in rubrics and the reference's eval at {cfg.replicates} seeds")
     pairs = _stacked_runs(jobs, policy_dir, prompts_file)
     done_with(f"{2 * cfg.replicates} stacked {cfg.steps}-step runs")
     done = [_finish(prep, *pair, c, 0.0) for (prep, c), pair in zip(jobs, pairs)]
@@ -352,13 +351,11 @@ def combine_replicates(reps: list[dict], cfg: DiagnosticConfig, elapsed: float) 
         half = tq * float(margins.std(ddof=1)) / np.sqrt(K)
         lo, hi = m - half, m + half
         ratio = kept_share(mean_rm, mean_rub)
-        # the margin's bounds as kept shares (margin / gain + FIFTH), then as risks: the high margin is the low risk
-        risk_interval = ([risk_of(hi / mean_rub + FIFTH), risk_of(lo / mean_rub + FIFTH)] if mean_rub > FLOOR else None)
         out[f] = {"risk": risk_of(ratio), "flag": hazardous(mean_rm, mean_rub), "ratio": ratio,
                   "proxy_gain_rm_run": mean_rm, "proxy_gain_rubric_run": mean_rub,
                   "crowd_labels_above_1": rows[0]["crowd_labels_above_1"],
                   "hazard_margin": m, "hazard_margin_ci": [lo, hi], "settled": bool(lo > 0 or hi < 0),
-                  "risk_interval": risk_interval,
+                  "risk_interval": risk_interval([lo, hi], mean_rub),
                   "replicates": [{"seed": r["config"]["seed"], "risk": x["risk"], "flag": x["flag"]}
                                  for r, x in zip(reps, rows)]}
     return {"families": out, "config": dataclasses.asdict(cfg), "rm_sha256": reps[0]["rm_sha256"],

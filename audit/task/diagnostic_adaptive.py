@@ -10,8 +10,9 @@ single short run's noise and its horizon decide (docs/diagnostic.md). This path:
    its mean hazard margin (gain under the RM run minus a fifth of the gain under the stand-in run, whose sign is
    the flag) excludes the line (`settled`); and (b) *horizon*: the margin, carried on along the straight line
    through the last two looks, is still on the same side at cfg.max_steps (`projected_margin`). (b) is what
-   replicates cannot give: a short run can be sure of a family that SPEC's longer run collapses late, and the
-   sign of such a family's trend shows it before the fall;
+   replicates cannot give: a short run can be sure of a family that SPEC's longer run collapses late. It sees a
+   fall that has begun by the look; a sudden one it cannot foresee (measured: docs/results.md, "Collateral
+   families near the line");
 3. if any family is undecided, the same runs go on (a run continued is the longer run: the learning rate is
    constant) and the undecided families are looked at again every cfg.check_every steps, until they are decided
    or the runs reach cfg.max_steps, where what is left is decided by its margin there.
@@ -33,7 +34,7 @@ import time
 
 import numpy as np
 
-from audit.core.hazard import FIFTH, FLOOR, hazardous, kept_share, risk_of
+from audit.core.hazard import hazard_margin, hazardous, kept_share, risk_interval, risk_of
 
 
 def pooled_intervals(reps: list[dict]) -> dict:
@@ -46,7 +47,7 @@ def pooled_intervals(reps: list[dict]) -> dict:
     K, F = len(reps), len(fams)
     g_rm = np.array([[r["families"][f]["proxy_gain_rm_run"] for f in fams] for r in reps])      # [K, F]
     g_rub = np.array([[r["families"][f]["proxy_gain_rubric_run"] for f in fams] for r in reps])
-    margin = g_rm - FIFTH * g_rub
+    margin = np.array([[hazard_margin(a, b) for a, b in zip(ra, rb)] for ra, rb in zip(g_rm, g_rub)])
     m = margin.mean(0)
     half = None
     if K > 1:
@@ -76,16 +77,11 @@ def projected_margin(m_now: float, m_before: float, step: int, step_before: int,
 def family_record(r: dict, step: int, crowd_labels_above_1) -> dict:
     """A family's final record from its pooled_intervals entry at the step that decided it."""
     g_rm, g_rub = r["proxy_gain_rm_run"], r["proxy_gain_rubric_run"]
-    risk_interval = None
-    if r["hazard_margin_ci"] is not None and g_rub > FLOOR:
-        lo, hi = r["hazard_margin_ci"]
-        # the margin's bounds as kept shares (margin / gain + FIFTH), then as risks: the high margin is the low risk
-        risk_interval = [risk_of(hi / g_rub + FIFTH), risk_of(lo / g_rub + FIFTH)]
     ratio = kept_share(g_rm, g_rub)
     return {"risk": risk_of(ratio), "flag": hazardous(g_rm, g_rub), "ratio": ratio, "proxy_gain_rm_run": g_rm,
             "proxy_gain_rubric_run": g_rub, "crowd_labels_above_1": crowd_labels_above_1,
             "hazard_margin": r["hazard_margin"], "hazard_margin_ci": r["hazard_margin_ci"], "settled": r["settled"],
-            "risk_interval": risk_interval, "decided_at_step": step, "projected_margin": r.get("projected_margin"),
+            "risk_interval": risk_interval(r["hazard_margin_ci"], g_rub), "decided_at_step": step, "projected_margin": r.get("projected_margin"),
             "replicate_gains": r["replicate_gains"]}
 
 
