@@ -122,12 +122,12 @@ def test_parquet_completions_read_lazily(synth):
 
 
 def test_stress_subsample_beyond_the_cap(synth, monkeypatch):
-    from audit.samples import stress as stress_mod
+    from audit.samples import cells, stress as stress_mod
     d, rows, gold, s, g = synth
     t = load(s, g)
     same, what = stress_mod.stress_table(t, 0)
     assert same is t and what["rows"] == "all"
-    monkeypatch.setattr(stress_mod, "STRESS_UNLABELLED", 20)
+    monkeypatch.setattr(cells, "STRESS_UNLABELLED", 20)
     sub, what = stress_mod.stress_table(t, 0)
     lab = ~np.isnan(t.gold)
     assert what["n_rows"] == lab.sum() + 20 * len(t.cells) == len(sub.proxy)

@@ -148,10 +148,30 @@ def draw(values, lo, hi, rng: np.random.Generator, draws: int = DRAWS) -> Sample
         # the Dirichlet(1, ..., 1) mean of many values: its exact mean and variance (the population variance over
         # n + 1), normal in shape -- its skewness is that of x over sqrt(n), negligible here and beside the gold
         # term it is added to
-        mean = np.clip(x.mean(-1, dtype=float), lo, hi)
-        sd = x.std(-1, dtype=float) / np.sqrt(n + 1)
-        rest = (mean[..., None] + sd[..., None] * rng.standard_normal(draws)).astype(DRAW_DTYPE)
+        return _normal_sample(x.mean(-1, dtype=float), x.std(-1, dtype=float), n, lo, hi, rng, draws)
     return Sample(mean, lo, hi, rest, _beta1n(rng, n, draws))
+
+
+def _normal_sample(mean, std, n: int, lo, hi, rng: np.random.Generator, draws: int) -> Sample:
+    """The Gaffke statistic's draws for more than MAX_EXACT values, from their mean and (population) std alone."""
+    mean = np.clip(mean, lo, hi)
+    sd = std / np.sqrt(n + 1)
+    rest = (mean[..., None] + sd[..., None] * rng.standard_normal(draws)).astype(DRAW_DTYPE)
+    return Sample(mean, lo, hi, rest, _beta1n(rng, n, draws))
+
+
+@dataclass
+class UnlabelledSummary:
+    """A cell's unlabelled rows given by their prediction's statistics instead of their proxies (more than MAX_EXACT
+    rows; audit.samples.cells): the prediction line they were computed for, and the count, mean, population std,
+    minimum and maximum of h = clip(intercept + slope * proxy, lo, hi) over them."""
+    intercept: float
+    slope: float
+    n: int
+    mean: float
+    std: float
+    min: float
+    max: float
 
 
 def fixed(lo, hi, shape=(), draws: int = DRAWS) -> Sample:
@@ -297,6 +317,11 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
     so the chosen lam's interval is never wider than the gold-only one, which is its lam = 0 case."""
     check_range(lo, hi)
     y, f = (np.atleast_1d(np.asarray(v, float)) for v in (y, f))
+    summary = f_u if isinstance(f_u, UnlabelledSummary) else None
+    if summary is not None:
+        if y.ndim != 1 or summary.n <= MAX_EXACT:
+            raise ValueError("ppi_cells: an UnlabelledSummary stands for more than MAX_EXACT rows of one cell")
+        f_u = np.zeros(summary.n)[:0]       # its checks pass; its values are not used
     f_u = np.atleast_1d(np.asarray(f_u))          # float32 unlabelled proxies stay float32 (the harness's millions)
     f_u = f_u if np.issubdtype(f_u.dtype, np.floating) else f_u.astype(float)
     if y.shape != f.shape:
@@ -311,18 +336,30 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
                          f"[{lo:g}, {hi:g}]")
     y = np.clip(y, lo, hi)
     batch = y.shape[:-1]
-    if f_u.shape[-1] == 0:          # every row labelled: nothing for the proxy to add
+    if f_u.shape[-1] == 0 and summary is None:          # every row labelled: nothing for the proxy to add
         gold = draw(y, lo, hi, stream(seed, *key, "gold"), draws)
         zero = np.zeros(batch)
         return Cell(gold.mean, zero, [(1.0, gold)], [(1.0, gold)], gold.mean, zero)
     a, b = prediction_line(y, f)
     line = lambda v: np.clip(a[..., None] + b[..., None] * v, lo, hi)
-    h, h_u = line(f), line(f_u)
-    h_lo = np.minimum(h.min(-1), h_u.min(-1))[..., None]
-    h_hi = np.maximum(h.max(-1), h_u.max(-1))[..., None]
+    h = line(f)
+    if summary is None:
+        h_u = line(f_u)
+        u_min, u_max = h_u.min(-1), h_u.max(-1)
+    else:
+        if (float(a), float(b)) != (summary.intercept, summary.slope):
+            raise ValueError("ppi_cells: the UnlabelledSummary was computed for another prediction line "
+                             f"({summary.intercept!r}, {summary.slope!r}; the gold rows give {float(a)!r}, {float(b)!r})")
+        u_min, u_max = np.float64(summary.min), np.float64(summary.max)
+    h_lo = np.minimum(h.min(-1), u_min)[..., None]
+    h_hi = np.maximum(h.max(-1), u_max)[..., None]
 
     d0, ry, rh = _paired_draws(y, h, stream(seed, *key, "gold"), draws)
-    unl = draw(h_u, h_lo[..., 0], h_hi[..., 0], stream(seed, *key, "unlabelled"), draws)
+    if summary is None:
+        unl = draw(h_u, h_lo[..., 0], h_hi[..., 0], stream(seed, *key, "unlabelled"), draws)
+    else:   # as draw() does for more than MAX_EXACT values, from their statistics
+        unl = _normal_sample(np.float64(summary.mean), np.float64(summary.std), summary.n, np.array(h_lo[..., 0], float),
+                             np.array(h_hi[..., 0], float), stream(seed, *key, "unlabelled"), draws)
 
     def rectifier(lam, k=None):
         """The statistic of y - lam h over the gold rows (its first k draws): it lies in [lo - lam h_hi,

@@ -83,13 +83,20 @@ def ppi_mean(y, yhat, yhat_u, *, lam: float | None = None, confidence: float = 0
             "method": f"PPI++ ({'power-tuned' if tuned else 'fixed'} lambda {lam:.3f}), normal interval"}
 
 
-def labels_to_halve(y, yhat, yhat_u, lam: float) -> int | None:
+def labels_to_halve(y, yhat, yhat_u, lam: float, unlabelled_var: tuple | None = None) -> int | None:
     """Gold labels needed (in all, at the same lam and the same unlabelled rows) for the interval to be half as
-    wide; None when no number of labels can do it (the proxy term alone is over a quarter of the variance)."""
-    y, yhat, yhat_u = _arr("y", y), _arr("yhat", yhat), _arr("yhat_unlabeled", yhat_u)
-    n, N = len(y), len(yhat_u)
+    wide; None when no number of labels can do it (the proxy term alone is over a quarter of the variance).
+    unlabelled_var: (N, variance of yhat over them) in place of yhat_u (a summarised cell: audit.samples.cells)."""
+    y, yhat = _arr("y", y), _arr("yhat", yhat)
+    if unlabelled_var is None:
+        yhat_u = _arr("yhat_unlabeled", yhat_u)
+        N = len(yhat_u)
+        b = float((lam * yhat_u).var()) / N if N else 0.0    # the proxy term, fixed by N
+    else:
+        N, var_u = unlabelled_var
+        b = lam * lam * float(var_u) / N
+    n = len(y)
     a = float((y - lam * yhat).var())                    # per-label variance of the rectifier
-    b = float((lam * yhat_u).var()) / N if N else 0.0    # the proxy term, fixed by N
     target = (a / n + b) / 4.0
     if a == 0:
         return n

@@ -88,6 +88,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--draw-record", default=None, metavar="FILE",
                     help="the record of the draw the gold rows come from (default: GOLD's sibling NAME.draw.json "
                          "when there is one, as draw-gold writes it); checked before anything runs")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS",
+                    help="read the samples table on a Ray cluster (host:port, ray://host:port, or 'local' to start "
+                         "one here) and compute the per-cell statistics there with Ray Data; only the gold rows, the "
+                         "corruption stress's subsample and small cells come back (audit/samples/ray_cells.py); "
+                         "same answer as without")
     ap.add_argument("--fail-if-not-certified", action="store_true",
                     help="exit 3 when the audit ran but no run passes the release rule (CI gating)")
     ap.add_argument("--no-figures", action="store_true")
@@ -123,7 +128,7 @@ def settings(a) -> tuple[dict, list[str]]:
             "release_rule": {"min_balanced_gain": a.min_gain, "balanced_ci_lower_gt": a.gain_ci_lower,
                              "family_ci_lower_gt": a.family_ci_lower},
             "agreement_min_pearson_lower": a.agreement_min_pearson, "scale_max_ratio": a.scale_max_ratio,
-            "stress_examples": a.stress_examples}, problems
+            "stress_examples": a.stress_examples, "ray": a.ray}, problems
 
 
 def main(argv=None) -> int:
@@ -145,16 +150,19 @@ def main(argv=None) -> int:
 
 def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
     from .draw import check_record
-    from .session import load_table
+    from .session import load_table, reduce_table
     problems, table = [], None
     try:
-        table, reference = load_table(cfg)
+        # on Ray: read and reduced there (the draw record, if any, is checked against the samples file here)
+        table, reference = load_table(cfg, reduced=False)
     except ValueError as e:
         problems += getattr(e, "problems", [str(e)])
-    problems = check_record(cfg, table) + problems    # the record's problems first, as they explain the rest
+    problems = check_record(cfg, None if cfg.get("ray") else table) + problems   # the record's problems first
     if problems:
         lock.undo()            # OUT as it was: not even created when it did not exist
         return refuse(problems, out)
+    if not cfg.get("ray"):
+        table = reduce_table(table, cfg)    # what the claims read: large cells summarised (audit.samples.cells)
     cfg["reference"] = reference
 
     t0 = time.time()
@@ -171,7 +179,7 @@ def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
     saved = staging / "table.arrow"          # the claims read the validated table, not the inputs again
     save(table, saved)
     n_gold = table.n_gold
-    print(f"[samples] {len(table.sample_id)} samples, {n_gold} gold rows, {len(table.runs)} runs x "
+    print(f"[samples] {table.n_rows} samples, {n_gold} gold rows, {len(table.runs)} runs x "
           f"{len(table.families)} families; reference '{reference}'; running the claims in checks/samples/ "
           f"(seed {a.seed})", flush=True)
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "samples"), "-q", "-p", "no:cacheprovider",

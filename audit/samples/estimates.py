@@ -97,27 +97,39 @@ class SamplesAudit:
         lo, hi = self.gold_range["range"]
         idx = t.cell(run, family)
         lab = ~np.isnan(t.gold[idx])
-        y, f, fu = t.gold[idx][lab], t.proxy[idx][lab], t.proxy[idx][~lab]
+        y, f = t.gold[idx][lab], t.proxy[idx][lab]
+        # a summarised cell (audit.samples.cells): its unlabelled rows as their statistics, not the rows kept
+        summ = t.summaries.get((run, family))
+        fu = t.proxy[idx][~lab] if summ is None else None
         design = t.design.get((run, family), {"random": True, "p_value": None})
-        out = {"run": run, "family": family, "n_samples": int(len(idx)), "n_gold": int(len(y)),
-               "proxy_mean": float(t.proxy[idx].mean()), "gold_mean": float(y.mean()), "design": design}
-        h = hashlib.sha256(np.ascontiguousarray(t.proxy[idx]).tobytes() + np.ascontiguousarray(t.gold[idx]).tobytes())
+        out = {"run": run, "family": family, "n_samples": int(len(idx)) if summ is None else summ["n_samples"],
+               "n_gold": int(len(y)),
+               "proxy_mean": float(t.proxy[idx].mean()) if summ is None else summ["proxy_mean"],
+               "gold_mean": float(y.mean()), "design": design}
+        h = hashlib.sha256(np.ascontiguousarray(t.proxy[idx]).tobytes() + np.ascontiguousarray(t.gold[idx]).tobytes()
+                           + repr(summ).encode())
         ck = (run, family, h.hexdigest(), lo, hi, conf, self.cfg.seed, self.cfg.draws, bool(design["random"]))
         if ck in self._shared:
             out.update(self._shared[ck])
             return out
+        n_u = len(fu) if summ is None else summ["n_unlabelled"]
         if design["random"]:
-            c = bounded.ppi_cells(y, f, fu, lo, hi, confidence=conf, seed=self.cfg.seed, key=(run, family),
+            unl = fu if summ is None else bounded.UnlabelledSummary(**summ["h"])
+            c = bounded.ppi_cells(y, f, unl, lo, hi, confidence=conf, seed=self.cfg.seed, key=(run, family),
                                   draws=self.cfg.draws)
             lam = float(c.lam)
             hy = np.clip(c.intercept + c.slope * f, lo, hi)
-            hu = np.clip(c.intercept + c.slope * fu, lo, hi)
+            if not n_u:
+                halve = None
+            elif summ is None:
+                halve = labels_to_halve(y, hy, np.clip(c.intercept + c.slope * fu, lo, hi), lam)
+            else:
+                halve = labels_to_halve(y, hy, None, lam, unlabelled_var=(n_u, summ["h"]["std"] ** 2))
             res = dict(ppi=c.parts, gold_only=c.gold_only, lam=lam, widened=False,
                        method=f"{bounded.METHOD}, prediction-powered (lam {lam:.2f} chosen for the narrowest "
-                              "interval; lam 0 = gold only)",
-                       labels_to_halve=labels_to_halve(y, hy, hu, lam) if len(fu) else None)
+                              "interval; lam 0 = gold only)", labels_to_halve=halve)
         else:   # --nonrandom-gold widen: every unlabelled row anywhere in the label range
-            tot, u = len(idx), len(fu)
+            tot, u = len(y) + n_u, n_u
             gold = bounded.draw(y, lo, hi, bounded.stream(self.cfg.seed, run, family, "gold"), self.cfg.draws)
             worst = [(len(y) / tot, gold), (u / tot, bounded.fixed(lo, hi, draws=self.cfg.draws))]
             res = dict(ppi=worst, gold_only=worst, lam=None, labels_to_halve=None, widened=True,

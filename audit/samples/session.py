@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from audit.core.release import ReleaseRule
-from .estimates import SamplesAudit, SamplesConfig
+from .estimates import SamplesAudit, SamplesConfig, gold_range
 from .columns import table_sha256
 from .table import DesignConfig, load, read_saved
 
@@ -17,15 +17,28 @@ def design_config(settings: dict) -> DesignConfig:
     return DesignConfig(**d)
 
 
-def load_table(settings: dict, saved=None):
+def load_table(settings: dict, saved=None, reduced: bool = True):
     """(table, reference run); raises audit.samples.table.TableError listing every problem. `saved`: the file the
-    CLI saved its validated table to (audit.samples.table.save), read instead of the inputs."""
+    CLI saved its validated table to (audit.samples.table.save), read instead of the inputs. `reduced`: the table
+    the claims read (audit.samples.cells.reduce), else the whole table. With settings["ray"] the table is read and
+    reduced on that Ray cluster (audit.samples.ray_cells; always reduced)."""
     if saved:
         t = read_saved(saved)
         return t, t.reference
+    if settings.get("ray"):
+        from .ray_cells import load_on_ray
+        t = load_on_ray(settings, design_config(settings))
+        return t, t.reference
     t = load(settings["samples"], settings["gold"], mapping=settings.get("mapping"),
              reference=settings.get("reference"), design=design_config(settings))
-    return t, t.reference
+    return (reduce_table(t, settings) if reduced else t), t.reference
+
+
+def reduce_table(t, settings: dict):
+    """The table the claims read of a whole table (audit.samples.cells.reduce), for the settings' seed and range."""
+    from .cells import reduce
+    lo, hi = gold_range(t.gold, design_config(settings).gold_range)["range"]
+    return reduce(t, int(settings.get("seed", 0)), lo, hi)
 
 
 def samples_config(settings: dict) -> SamplesConfig:

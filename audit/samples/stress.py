@@ -13,35 +13,37 @@ import dataclasses
 import numpy as np
 
 from audit.core.seeded_draws import seed_alone
+from . import cells as kept
 
 KINDS = ("rescale", "shuffle", "gamed_token", "invert")
 DESTROYING = ("shuffle", "invert")       # corruptions that leave the proxy no (or negative) information on a slice
 
 
-STRESS_UNLABELLED = 2000     # unlabelled rows per cell the stress re-runs on (every gold row kept)
-
-
 def stress_table(table, seed: int):
     """(the table the stress re-runs the claims on, what it is): the table itself when no cell has more than
-    STRESS_UNLABELLED unlabelled rows; else a fixed, seeded subsample -- every gold row and STRESS_UNLABELLED
-    unlabelled rows a cell. The corruptions (a family rescaled, shuffled, a token rewarded, a slice inverted) act
-    on whole rows of text and proxy, not on per-cell sufficient statistics, so 24 re-runs on a 10M-row log would
-    otherwise cost 24 passes over it; the proxy claims read gold rows only, and the verdicts' flips are judged
-    against the subsample's own verdicts."""
-    rng = np.random.default_rng([seed, 35])
-    keep, cut = [], False
-    for idx in table.cells.values():
-        lab = ~np.isnan(table.gold[idx])
+    STRESS_UNLABELLED (audit.samples.cells) unlabelled rows; else a fixed, seeded subsample -- every gold row and them
+    unlabelled rows a cell (audit.samples.cells.subsample_ranks; a summarised cell kept exactly those rows). The
+    corruptions (a family rescaled, shuffled, a token rewarded, a slice inverted) act on whole rows of text and
+    proxy, not on per-cell sufficient statistics, so 24 re-runs on a 10M-row log would otherwise cost 24 passes over
+    it; the proxy claims read gold rows only, and the verdicts' flips are judged against the subsample's own
+    verdicts."""
+    summ = table.summaries
+    if summ and table.kept_for_seed != seed:
+        raise ValueError(f"the table kept the stress subsample of seed {table.kept_for_seed}, not of seed {seed}")
+    cells = list(table.cells.items())
+    labelled = [~np.isnan(table.gold[idx]) for _, idx in cells]
+    counts = [summ[c]["n_unlabelled"] if c in summ else int((~lab).sum()) for (c, _), lab in zip(cells, labelled)]
+    ranks = kept.subsample_ranks(counts, seed)
+    if all(r is None for r in ranks):
+        return table, {"rows": "all", "n_rows": int(table.n_rows)}
+    keep = []
+    for (c, idx), lab, rk in zip(cells, labelled, ranks):
         u = idx[~lab]
-        if len(u) > STRESS_UNLABELLED:
-            u, cut = rng.choice(u, STRESS_UNLABELLED, replace=False), True
-        keep += [idx[lab], u]
-    if not cut:
-        return table, {"rows": "all", "n_rows": len(table.proxy)}
+        keep += [idx[lab], u if rk is None or c in summ else u[rk]]
     rows = np.sort(np.concatenate(keep))
-    return table.subset(rows), {"rows": f"seeded subsample: every gold row and {STRESS_UNLABELLED} unlabelled rows a "
-                                        f"cell ({len(rows)} of {len(table.proxy)} rows)", "n_rows": int(len(rows)),
-                                "of_rows": int(len(table.proxy)), "unlabelled_per_cell": STRESS_UNLABELLED}
+    return table.subset(rows), {"rows": f"seeded subsample: every gold row and {kept.STRESS_UNLABELLED} unlabelled rows a "
+                                        f"cell ({len(rows)} of {table.n_rows} rows)", "n_rows": int(len(rows)),
+                                "of_rows": int(table.n_rows), "unlabelled_per_cell": kept.STRESS_UNLABELLED}
 
 
 def tokens_of(table, family: str, texts: dict | None = None) -> list[str]:

@@ -56,8 +56,15 @@ class Table:
     design: dict = field(default_factory=dict)     # (run, family) -> random-subset test result
     reference: str | None = None
     cells: dict | None = None       # (run, family) -> ascending row indices; computed once, shared by copies
+    # a reduced table (audit.samples.cells): the rows kept, and per summarised cell what the claims read of the
+    # unlabelled rows that were not kept; n_rows counts every row of the whole table
+    summaries: dict = field(default_factory=dict)
+    n_rows: int | None = None
+    kept_for_seed: int | None = None   # the seed whose stress subsample the kept rows hold
 
     def __post_init__(self):
+        if self.n_rows is None:
+            self.n_rows = len(self.proxy)
         if self.cells is None:
             # one stable sort by cell instead of a scan of the whole table per cell
             nf = max(1, len(self.families))
@@ -94,7 +101,7 @@ class Table:
         return self.completion.take(rows)
 
     def subset(self, rows: np.ndarray) -> "Table":
-        """The table restricted to `rows` (ascending): same runs, families, design."""
+        """The table restricted to `rows` (ascending): same runs, families, design; no summaries."""
         return Table(self.samples_path, self.gold_path, self.sample_id.take(rows), self.run_code[rows],
                      self.family_code[rows], self.prompt_code[rows], self.completion.subset(rows), self.proxy[rows],
                      self.gold[rows], None if self.step is None else self.step[rows], list(self.runs),
@@ -122,10 +129,7 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
             pass                    # the row reader names what the fast one would not take
     if t is None:
         t = _table(sp, gp, *rows.load_rows(sp, gp, mapping, design.gold_range, problems))
-    if reference is None and "reference" in t.runs:
-        reference = "reference"
-    t.reference = reference
-    _check_design(t, reference, design, problems)
+    check(t, reference, design, problems)
     if problems:
         raise TableError(problems)
     return t
@@ -176,6 +180,14 @@ def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Ta
     return _table(sp, gp, sid, run, fam, pid, comp, proxy, gold, step)
 
 
+def check(t: Table, reference, design: DesignConfig, problems: list[str]) -> None:
+    """The reference (given, or a run named 'reference') and the sampling design (into t.design and problems)."""
+    if reference is None and "reference" in t.runs:
+        reference = "reference"
+    t.reference = reference
+    _check_design(t, reference, design, problems)
+
+
 def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]) -> None:
     """Cells complete and large enough, the reference present, the gold rows a random subset of their cell."""
     from scipy import stats
@@ -189,22 +201,24 @@ def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]
         idx = t.cell(r, f)
         g = idx[~np.isnan(t.gold[idx])]
         u = idx[np.isnan(t.gold[idx])]
+        summ = t.summaries.get((r, f))       # a summarised cell (audit.samples.ray_cells): its counts and KS test
+        n_all, n_u = (len(idx), len(u)) if summ is None else (summ["n_samples"], summ["n_unlabelled"])
         where = f"run '{r}' family '{f}'"
-        if len(idx) < design.min_samples:
-            problems.append(f"{t.samples_path}: {where}: {len(idx)} samples, expected at least {design.min_samples} "
+        if n_all < design.min_samples:
+            problems.append(f"{t.samples_path}: {where}: {n_all} samples, expected at least {design.min_samples} "
                             "(every run needs samples of every family)")
             continue
         if len(g) < design.min_gold:
             problems.append(f"{t.gold_path}: {where}: {len(g)} gold rows, expected at least {design.min_gold} (a "
                             "random subset of every run x family cell)")
             continue
-        if len(u) == 0:
+        if n_u == 0:
             t.design[(r, f)] = {"p_value": None, "level": level, "random": True, "n_gold": len(g), "n_unlabeled": 0,
                                 "test": "none: every row labelled"}
             continue
-        p = float(stats.ks_2samp(t.proxy[g], t.proxy[u]).pvalue)
+        p = float(stats.ks_2samp(t.proxy[g], t.proxy[u]).pvalue) if summ is None else summ["ks_p_value"]
         ok = p >= level
-        t.design[(r, f)] = {"p_value": p, "level": level, "random": ok, "n_gold": len(g), "n_unlabeled": len(u),
+        t.design[(r, f)] = {"p_value": p, "level": level, "random": ok, "n_gold": len(g), "n_unlabeled": n_u,
                             "test": "two-sample Kolmogorov-Smirnov, gold rows' proxy vs the cell's unlabelled rows"}
         if not ok and design.nonrandom_gold == "refuse":
             problems.append(f"{t.gold_path}: {where}: the {len(g)} gold rows' proxy_reward is distributed unlike "
@@ -228,6 +242,8 @@ def save(t: Table, path: Path) -> None:
         cols["completion"] = t.completion.array
     meta = {"samples_path": t.samples_path, "gold_path": t.gold_path, "runs": t.runs, "families": t.families,
             "reference": t.reference, "design": [[r, f, d] for (r, f), d in t.design.items()],
+            "summaries": [[r, f, d] for (r, f), d in t.summaries.items()], "n_rows": t.n_rows,
+            "kept_for_seed": t.kept_for_seed,
             "texts": None if t.completion.array is not None else
             {"files": [str(f) for f in t.completion.files], "column": t.completion.column}}
     tab = pa.table(cols).replace_schema_metadata({"audit.samples": json.dumps(meta)})
@@ -253,5 +269,7 @@ def read_saved(path: Path) -> Table:
     t = Table(meta["samples_path"], meta["gold_path"], tab["sample_id"].combine_chunks(), num("run_code"),
               num("family_code"), num("prompt_code"), texts, num("proxy"), num("gold"),
               num("step") if "step" in tab.column_names else None, meta["runs"], meta["families"],
-              prompts["prompt_id"].to_pylist(), {(r, f): d for r, f, d in meta["design"]}, meta["reference"])
+              prompts["prompt_id"].to_pylist(), {(r, f): d for r, f, d in meta["design"]}, meta["reference"],
+              summaries={(r, f): d for r, f, d in meta["summaries"]}, n_rows=meta["n_rows"],
+              kept_for_seed=meta["kept_for_seed"])
     return t

@@ -20,14 +20,13 @@ import contextlib
 import io
 import json
 import shutil
-import socket
 import tarfile
 import tempfile
 from pathlib import Path
 
+from audit.core.ray_cluster import check_reachable, connect  # noqa: F401 - audit.certify checks the address here
 from rlhf.atomic import atomic_write_text
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tar(paths: dict) -> bytes:
@@ -71,36 +70,6 @@ def _remote_rubric_gain(payload: bytes, rubrics: dict, cfg) -> dict:
     from .stress_batch import rl_gains
     with _unpacked(payload) as (_, root):
         return rl_gains(root, {f: r.posterior for f, r in rubrics.items()}, cfg, None)
-
-
-def check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Ray retries an unreachable cluster for minutes without saying so: try its port once, first."""
-    host, sep, port = address.split("://", 1)[-1].rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise RuntimeError(f"--ray {address}: expected host:port, ray://host:port or 'local'")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-    except OSError as e:
-        raise RuntimeError(f"--ray {address}: cannot start or reach a Ray cluster there (no answer on "
-                           f"{host}:{port}: {e.strerror or e})") from e
-
-
-def connect(address: str):
-    """ray.init on ADDRESS ("local": start one here), with the audit's packages shipped to the workers. A clear
-    error naming the address when Ray is missing or the cluster cannot be reached."""
-    try:
-        import ray
-    except ImportError as e:
-        raise RuntimeError(f"--ray {address}: Ray is not installed ({e})") from e
-    if address != "local":
-        check_reachable(address)
-    try:
-        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, ignore_reinit_error=True,
-                 runtime_env={"py_modules": [str(ROOT / "audit"), str(ROOT / "rlhf")]})
-    except Exception as e:   # noqa: BLE001 - ConnectionError, ValueError, RuntimeError by Ray version
-        raise RuntimeError(f"--ray {address}: cannot start or reach a Ray cluster there ({type(e).__name__}: {e})") from e
-    return ray
 
 
 def run_on_ray(task, rubrics: dict, specs: list, cfg, diag_cfg, work: Path, say=print) -> None:

@@ -6,6 +6,9 @@ cell, Parquet; generated once into --tables and reused), then:
              CLI and its pytest process, from wait4)
   reader     load() alone in a fresh process: the columnar reader, and the row-by-row reader it falls back to on
              bad input (--row-reader-max rows at most: it takes ~100 us and ~1.5 kB a row)
+  audit --ray  with --ray ADDRESS ("local" starts a Ray on this machine): the same audit with the table read and
+             reduced on Ray (audit/samples/ray_cells.py), and whether its answer.json is byte-identical to the
+             local one's (peak RSS: the CLI and its pytest, not Ray's workers)
 
 Prints one JSON line per measurement and a table at the end. Nothing here is asserted: figures, not tests.
 """
@@ -56,12 +59,15 @@ def main(argv=None) -> int:
                     help="measure the row-by-row reader up to this many rows (default 1,000,000)")
     ap.add_argument("--stress-examples", type=int, default=24)
     ap.add_argument("--seed", type=seed_arg, default=0)
+    ap.add_argument("--shards", type=int, default=0, help="tables as K Parquet part files (default one file)")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS",
+                    help="also run the audit with --ray ADDRESS ('local': a Ray started on this machine)")
     a = ap.parse_args(argv)
     from world.samples_table import TableConfig, generate, samples_path
     results = []
     for n in a.rows:
-        cfg = TableConfig(rows=n, seed=a.seed)
-        d = Path(a.tables) / f"rows{n}-seed{a.seed}"
+        cfg = TableConfig(rows=n, seed=a.seed, shards=a.shards)
+        d = Path(a.tables) / (f"rows{n}-seed{a.seed}" + (f"-shards{a.shards}" if a.shards else ""))
         if not (d / "truth.json").exists():
             t0 = time.perf_counter()
             print(f"[samples_scale] generating {n:,} rows -> {d}", flush=True)
@@ -69,12 +75,20 @@ def main(argv=None) -> int:
             print(f"[samples_scale] generated in {time.perf_counter() - t0:.0f} s", flush=True)
         s, g = samples_path(d, cfg), d / "gold.parquet"
         out = Path(a.tables) / f"out{n}"
-        wall, rss, rc, last = measured([sys.executable, "-m", "audit.samples", "--samples", str(s), "--gold", str(g),
-                                        "--out", str(out), "--no-figures", "--seed", str(a.seed),
-                                        "--stress-examples", str(a.stress_examples)])
+        audit = [sys.executable, "-m", "audit.samples", "--samples", str(s), "--gold", str(g), "--no-figures",
+                 "--seed", str(a.seed), "--stress-examples", str(a.stress_examples)]
+        wall, rss, rc, last = measured(audit + ["--out", str(out)])
         results.append({"rows": n, "what": "audit", "wall_s": round(wall, 2), "peak_rss_gb": round(rss, 3),
                         "exit": rc, "last_line": last[:160]})
         print(json.dumps(results[-1]), flush=True)
+        if a.ray:
+            out_ray = Path(a.tables) / f"out{n}-ray"
+            wall, rss, rc, last = measured(audit + ["--out", str(out_ray), "--ray", a.ray])
+            same = rc == 0 and (out / "answer.json").read_bytes() == (out_ray / "answer.json").read_bytes()
+            results.append({"rows": n, "what": f"audit --ray {a.ray}", "wall_s": round(wall, 2),
+                            "peak_rss_gb": round(rss, 3), "exit": rc, "same_answer_bytes": same,
+                            "last_line": last[:160]})
+            print(json.dumps(results[-1]), flush=True)
         for how in ("columns", "rows"):
             if how == "rows" and n > a.row_reader_max:
                 continue
