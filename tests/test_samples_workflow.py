@@ -246,3 +246,42 @@ def test_the_writer_loads_no_torch():
                         "('torch', 'numpy', 'transformers', 'accelerate') if m in sys.modules))"], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-500:]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "parquet-shards"])
+def test_draw_gold_reads_columns_and_writes_what_the_row_reader_would(tmp_path, monkeypatch, fmt):
+    """The columnar draw (only the drawn rows' texts read) writes the same bytes as the row-by-row one; prompts
+    missing, null or token lists; a file the columnar reader would not take plainly still draws (row reader)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from audit.samples import draw as draw_mod
+    rows, _, _ = make_table(n=30, n_gold=5)
+    for i, r in enumerate(rows):
+        r["prompt"] = None if i % 3 == 0 else f"prompt {r['prompt_id']}"
+    if fmt == "jsonl":
+        s = write_jsonl(tmp_path / "s.jsonl", rows)
+    elif fmt == "csv":
+        s = tmp_path / "s.csv"
+        with open(s, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
+    else:
+        s = tmp_path / ("s.parquet" if fmt == "parquet" else "shards")
+        if fmt == "parquet":
+            pq.write_table(pa.Table.from_pylist(rows), s, row_group_size=50)
+        else:                              # one shard without the optional prompt column
+            s.mkdir()
+            half = len(rows) // 2
+            pq.write_table(pa.Table.from_pylist(rows[:half]), s / "part-0.parquet")
+            pq.write_table(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "prompt"} for r in rows[half:]]),
+                           s / "part-1.parquet")
+    fast = _draw(tmp_path, s, "fast.csv", "--per-cell", "4", "--seed", "7")
+    assert draw_mod.load_samples(s) is not None                       # the columnar reader took it
+    monkeypatch.setattr(draw_mod, "load_samples", lambda *a, **k: None)
+    slow = _draw(tmp_path, s, "slow.csv", "--per-cell", "4", "--seed", "7")
+    assert fast.read_bytes() == slow.read_bytes()
+    rec = lambda p: {k: v for k, v in json.loads(p.with_name(p.stem + ".draw.json").read_text()).items()  # noqa: E731
+                     if k != "to_label"}
+    assert rec(fast) == rec(slow)
+    assert any(r["prompt"] == "" for r in _csv(fast)) and any(r["prompt"].startswith("prompt") for r in _csv(fast))

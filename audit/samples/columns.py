@@ -146,17 +146,22 @@ def numbers(col, allow_null: bool = False) -> np.ndarray:
     return x
 
 
-def texts(col):
-    """Completions: strings, or lists of token strings joined by spaces."""
+def texts(col, nullable: bool = False):
+    """Completions: strings, or lists of token strings joined by spaces. nullable: a null (or an all-null
+    column) is "" (an optional free-text column such as prompt)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     col = _plain(col)
+    if nullable and pa.types.is_null(col.type):
+        return pa.array([""] * len(col), pa.string())
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
         if not (pa.types.is_string(col.type.value_type) or pa.types.is_large_string(col.type.value_type)):
             raise Unusual("list of non-strings")
         col = pc.binary_join(col, " ")
     if pa.types.is_large_string(col.type):
         col = pc.cast(col, pa.string())
+    if nullable and pa.types.is_string(col.type) and col.null_count:
+        col = pc.fill_null(col, "")
     if not pa.types.is_string(col.type) or col.null_count:
         raise Unusual("completion not a string")
     return col
@@ -213,8 +218,8 @@ class Texts:
     in batches only for the rows a claim asks for (the corruption stress's subsample), so a 10M-row log's text
     never sits in memory whole."""
 
-    def __init__(self, array=None, files=None, column=None, n=None):
-        self.array, self.files, self.column = array, files, column
+    def __init__(self, array=None, files=None, column=None, n=None, nullable: bool = False):
+        self.array, self.files, self.column, self.nullable = array, files, column, nullable
         self.n = len(array) if array is not None else n
 
     def __len__(self):
@@ -230,11 +235,18 @@ class Texts:
         srt, out, start = rows[order], [None] * len(rows), 0
         got = []
         for f in self.files:
-            for batch in pq.ParquetFile(f).iter_batches(columns=[self.column], batch_size=1 << 16):
+            pf = pq.ParquetFile(f)
+            if self.column not in pf.schema_arrow.names:            # an optional column this file lacks
+                n = pf.metadata.num_rows
+                lo, hi = np.searchsorted(srt, [start, start + n])
+                got += [""] * int(hi - lo)
+                start += n
+                continue
+            for batch in pf.iter_batches(columns=[self.column], batch_size=1 << 16):
                 n = batch.num_rows
                 lo, hi = np.searchsorted(srt, [start, start + n])
                 if hi > lo:
-                    got += texts(batch.column(0)).take(pa.array(srt[lo:hi] - start)).to_pylist()
+                    got += texts(batch.column(0), self.nullable).take(pa.array(srt[lo:hi] - start)).to_pylist()
                 start += n
         for k, i in enumerate(order):
             out[i] = got[k]

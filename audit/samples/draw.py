@@ -33,8 +33,9 @@ from rlhf.cli import Parser, positive_int, seed_arg
 from rlhf.errors import EXIT_OK
 
 from audit.core import claims_runner
-from .columns import FORMATS, table_sha256
+from .columns import FORMATS, Unusual, table_sha256
 from .rows import TableError, column_mapping, read_rows, read_samples, text_id, unknown_columns
+from .table import load_samples
 
 COLUMNS = ("sample_id", "run", "family", "prompt_id", "prompt", "completion", "gold")
 RECORD_KIND = "audit.samples draw-gold"
@@ -78,6 +79,25 @@ def draw_table(table, per_cell: int, seed: int) -> np.ndarray:
         order = np.random.default_rng(cell_seed(seed, run, fam)).permutation(len(rows))
         picked.append(rows[order[:per_cell]])
     return np.concatenate(picked) if picked else np.zeros(0, np.int64)
+
+
+def _drawn_rows(sm: dict, per_cell: int, seed: int) -> tuple[dict, int, int]:
+    """(the drawn rows' columns, in draw order; rows in the table; cells) from the row-by-row reader's dict."""
+    picked = draw(sm, per_cell, seed)
+    cols = {k: [sm[k][i] for i in picked] for k in ("sample_id", "run", "family", "prompt_id", "prompt", "completion")}
+    return cols, len(sm["sample_id"]), len(set(zip(sm["run"], sm["family"])))
+
+
+def _drawn_columns(table, prompts, per_cell: int, seed: int) -> tuple[dict, int, int]:
+    """The same from the columnar reader's Table: only the drawn rows' texts are read."""
+    picked = draw_table(table, per_cell, seed)
+    cols = {"sample_id": table.sample_id.take(picked).to_pylist(),
+            "run": [table.runs[c] for c in table.run_code[picked]],
+            "family": [table.families[c] for c in table.family_code[picked]],
+            "prompt_id": [table.prompts[c] for c in table.prompt_code[picked]],
+            "prompt": prompts.take(picked) if prompts is not None else [""] * len(picked),
+            "completion": table.texts(picked)}
+    return cols, int(table.n_rows), sum(len(rows) > 0 for rows in table.cells.values())
 
 
 def budget_advice(answer_path: Path) -> tuple[int | None, list[str]]:
@@ -157,26 +177,35 @@ def main(argv) -> int:
     if per_cell is None:
         problems.append("--per-cell: not given" + (" and the previous answer advises no number" if advice
                                                     else " (or give --from-answer PREVIOUS/answer.json)"))
-    try:
-        sm = read_samples(a.samples, mapping)
-    except TableError as e:
-        problems += e.problems
+    drawn = None
+    if not problems:
+        # the columnar reader (a 10M-row log in seconds); the row-by-row reader where it would not take the file
+        # plainly, which names any problem -- both draw the same rows (tests/test_samples_workflow.py)
+        loaded = load_samples(a.samples, mapping)
+        try:
+            drawn = None if loaded is None else _drawn_columns(*loaded, per_cell, a.seed)
+        except Unusual:
+            drawn = None
+        if drawn is None:
+            try:
+                drawn = _drawn_rows(read_samples(a.samples, mapping), per_cell, a.seed)
+            except TableError as e:
+                problems += e.problems
     if problems:
         return claims_runner.refuse("draw-gold", problems, out)
     for line in advice:
         print(f"[draw-gold] {line}", flush=True)
 
-    picked = draw(sm, per_cell, a.seed)
-    order = np.random.default_rng([a.seed, 1]).permutation(len(picked))
+    cols, n_samples, n_cells = drawn
+    order = np.random.default_rng([a.seed, 1]).permutation(len(cols["sample_id"]))
     col = lambda c: mapping.get(c, c)   # noqa: E731
-    rows = [{col("sample_id"): sm["sample_id"][i], "run": sm["run"][i], "family": sm["family"][i],
-             "prompt_id": sm["prompt_id"][i], "prompt": sm["prompt"][i], "completion": sm["completion"][i],
-             col("gold"): None} for i in (picked[k] for k in order)]
-    n_cells = len(set(zip(sm["run"], sm["family"])))
+    rows = [{col("sample_id"): cols["sample_id"][i], "run": cols["run"][i], "family": cols["family"][i],
+             "prompt_id": cols["prompt_id"][i], "prompt": cols["prompt"][i], "completion": cols["completion"][i],
+             col("gold"): None} for i in order]
     record = {"kind": RECORD_KIND, "samples": str(Path(a.samples).resolve()), "samples_sha256": table_sha256(a.samples),
-              "seed": a.seed, "per_cell": per_cell, "column_mapping": mapping, "n_samples": len(sm["sample_id"]),
+              "seed": a.seed, "per_cell": per_cell, "column_mapping": mapping, "n_samples": n_samples,
               "n_cells": n_cells, "n_drawn": len(rows), "to_label": out.name,
-              "sample_ids": sorted(sm["sample_id"][i] for i in picked)}
+              "sample_ids": sorted(cols["sample_id"])}
     atomic_write_text(rec, json.dumps(record, indent=1) + "\n")       # the record first: data without one is plain
     atomic_write_text(out, _rows_text(rows, fmt))
     print(f"[draw-gold] {len(rows)} rows to label ({n_cells} run x family cells, {per_cell} per cell or all of a "

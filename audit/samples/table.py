@@ -144,17 +144,31 @@ def _table(sp, gp, sid, run, fam, pid, comp, proxy, gold, step) -> Table:
     return Table(str(sp), str(gp), sid, run_code, fam_code, pcode, comp, proxy, gold, step, runs, fams, prompts)
 
 
-def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Table:
-    """The fast path: raises columns.Unusual at anything but a plainly valid table."""
+def load_samples(samples_path, mapping: dict | None = None):
+    """(the samples table alone as a Table, gold all NaN; its prompts as columns.Texts, "" where none), by the
+    columnar reader; None when that reader would not take the file plainly (draw-gold then reads it row by row,
+    which names any problem)."""
+    sp, mapping = Path(samples_path), dict(mapping or {})
+    files, fmt, bad = columns.shard_files(sp)
+    try:
+        if bad:
+            raise columns.Unusual(bad)
+        cols = _sample_columns(files, fmt, mapping, prompt=True)
+    except columns.Unusual:
+        return None
+    prompt = cols.pop()
+    return _table(sp, sp, *cols[:6], np.full(len(cols[0]), np.nan), cols[6]), prompt
+
+
+def _sample_columns(sfiles: list, sfmt: str, mapping: dict, prompt: bool = False) -> list:
+    """[sample_id, run, family, prompt_id, completion Texts, proxy, step (or None)] (+ the prompt Texts) of the
+    samples files; columns.Unusual at anything but a plainly valid table."""
     col = lambda c: mapping.get(c, c)   # noqa: E731
-    sfiles, sfmt, bad = columns.shard_files(sp)
-    gfiles, gfmt, bad2 = columns.shard_files(gp)
-    if bad or bad2:
-        raise columns.Unusual(bad or bad2)
     # completions stay in Parquet files, read where a claim needs them (lists of tokens are joined in memory)
     lazy_text = sfmt == "parquet" and columns.lazy_parquet_texts(sfiles, col("completion"))
     need = [col(c) for c in SAMPLE_COLUMNS if not (lazy_text and c == "completion")]
-    st = columns.read(sfiles, sfmt, need, [col("step")], categorical=[col(c) for c in ("run", "family", "prompt_id")])
+    optional = [col("step")] + ([col("prompt")] if prompt and sfmt != "parquet" else [])
+    st = columns.read(sfiles, sfmt, need, optional, categorical=[col(c) for c in ("run", "family", "prompt_id")])
     if st.num_rows == 0:
         raise columns.Unusual("no rows")
     if lazy_text:
@@ -167,6 +181,25 @@ def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Ta
     run, fam, pid = (st[col(c)] for c in ("run", "family", "prompt_id"))
     proxy = columns.numbers(st[col("proxy_reward")])
     step = columns.numbers(st[col("step")], allow_null=True) if col("step") in st.column_names else None
+    out = [sid, run, fam, pid, comp, proxy, step]
+    if prompt:      # optional and free text: "" where missing or null (as the row reader gives it)
+        if sfmt == "parquet":
+            out.append(columns.Texts(files=sfiles, column=col("prompt"), n=st.num_rows, nullable=True))
+        elif col("prompt") in st.column_names:
+            out.append(columns.Texts(columns.texts(st[col("prompt")], nullable=True)))
+        else:
+            out.append(None)
+    return out
+
+
+def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Table:
+    """The fast path: raises columns.Unusual at anything but a plainly valid table."""
+    col = lambda c: mapping.get(c, c)   # noqa: E731
+    sfiles, sfmt, bad = columns.shard_files(sp)
+    gfiles, gfmt, bad2 = columns.shard_files(gp)
+    if bad or bad2:
+        raise columns.Unusual(bad or bad2)
+    sid, run, fam, pid, comp, proxy, step = _sample_columns(sfiles, sfmt, mapping)
     gt = columns.read(gfiles, gfmt, [col("sample_id"), col("gold")])
     if gt.num_rows == 0:
         raise columns.Unusual("no gold rows")
