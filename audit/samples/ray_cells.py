@@ -199,36 +199,15 @@ def load_on_ray(settings: dict, design) -> Table:
         if dup is not None:
             raise refuse(sp, f"sample_id {dup!r} occurs more than once")
         say("first pass: blocks validated, cells counted, gold rows joined, sample_ids unique")
-        runs, counts = [], {}
-        for r in first:
-            runs += [x for x in r["runs"] if x not in runs]
-            for c, (n, ng, s1) in r["cells"].items():
-                a = counts.setdefault(c, [0, 0, 0])
-                a[0], a[1], a[2] = a[0] + n, a[1] + ng, a[2] + s1
+        runs, counts, offsets = _merged(first)
         gold_rows = _concat([r["gold"] for r in first])
         if len(gold_rows["proxy"]) != len(gid):
             raise refuse(gp, f"{len(gid) - len(gold_rows['proxy'])} gold id(s) are not sample_ids of {sp.name}")
         families = sorted({f for _, f in counts})
-        order = [(r, f) for r in runs for f in families]
         gvals = gv[pc.index_in(gold_rows["sample_id"], value_set=gid).to_numpy()]   # each gold row's label
         lo, hi = gold_range(gvals, design.gold_range)["range"]
-        cell_of = [(r, f) for r, f in zip(gold_rows["run"].to_pylist(), gold_rows["family"].to_pylist())]
-        n_unl = [counts[c][0] - counts[c][1] if c in counts else 0 for c in order]
-        ranks = kept.subsample_ranks(n_unl, int(settings.get("seed", 0)))
-        plan = {}
-        for c, n, rk in zip(order, n_unl, ranks):
-            if n <= kept.KEEP_UNLABELLED:
-                plan[c] = None
-                continue
-            sel = np.array([x == c for x in cell_of])
-            y, f = gvals[sel], gold_rows["proxy"][sel]
-            a, b = kept.prediction(y, f, lo, hi)
-            plan[c] = {"intercept": a, "slope": b, "lo": lo, "hi": hi, "ranks": rk, "gold_proxy": np.sort(f)}
-        offsets, seen = [], {}
-        for r in first:
-            offsets.append(dict(seen))
-            for c, (n, ng, _) in r["cells"].items():
-                seen[c] = seen.get(c, 0) + n - ng
+        plan = _plan([(r, f) for r in runs for f in families], counts, gold_rows, gvals, lo, hi,
+                     int(settings.get("seed", 0)))
         plan_ref = ray.put(plan)
         second = ray.get([ray.remote(_second_pass).remote(b, names, gold_ref, i, plan_ref, offsets[i])
                           for i, b in enumerate(blocks)])
@@ -258,6 +237,38 @@ def load_on_ray(settings: dict, design) -> Table:
     if problems:
         raise TableError(problems)
     return t
+
+
+def _merged(first: list[dict]):
+    """(runs in order of first appearance, per cell [rows, gold rows, exact proxy sum], per block the count of each
+    cell's unlabelled rows in the blocks before it) from the first pass's results, in block order."""
+    runs, counts, offsets, seen = [], {}, [], {}
+    for r in first:
+        runs += [x for x in r["runs"] if x not in runs]
+        offsets.append(dict(seen))
+        for c, (n, ng, s1) in r["cells"].items():
+            a = counts.setdefault(c, [0, 0, 0])
+            a[0], a[1], a[2] = a[0] + n, a[1] + ng, a[2] + s1
+            seen[c] = seen.get(c, 0) + n - ng
+    return runs, counts, offsets
+
+
+def _plan(order: list, counts: dict, gold_rows: dict, gvals, lo: float, hi: float, seed: int) -> dict:
+    """Per cell (in the table's cell order): None to keep every unlabelled row, else what the second pass needs to
+    summarise it -- the prediction line fitted on its gold rows, the stress subsample's ranks, the sorted gold
+    proxies (the KS counts)."""
+    cell_of = list(zip(gold_rows["run"].to_pylist(), gold_rows["family"].to_pylist()))
+    n_unl = [counts[c][0] - counts[c][1] if c in counts else 0 for c in order]
+    plan = {}
+    for c, n, rk in zip(order, n_unl, kept.subsample_ranks(n_unl, seed)):
+        if n <= kept.KEEP_UNLABELLED:
+            plan[c] = None
+            continue
+        sel = np.array([x == c for x in cell_of])
+        y, f = gvals[sel], gold_rows["proxy"][sel]
+        a, b = kept.prediction(y, f, lo, hi)
+        plan[c] = {"intercept": a, "slope": b, "lo": lo, "hi": hi, "ranks": rk, "gold_proxy": np.sort(f)}
+    return plan
 
 
 def _concat(parts: list[dict]) -> dict:
