@@ -149,3 +149,13 @@ def test_a_block_the_fast_reader_would_not_take_is_refused_with_the_reason():
     good = block.set_column(5, "proxy_reward", pa.array([0.5, 0.25]))
     first = _first_pass(good, names, pa.array(["a"]), 0, 2)[0]
     assert first["n"] == 2 and first["cells"][("r", "f")][:2] == (2, 1) and first["gold"]["sample_id"].to_pylist() == ["a"]
+
+
+def test_a_large_cell_without_enough_gold_is_counted_for_the_design_check():
+    from audit.samples.ray_cells import _plan
+    gold_rows = {"run": pa.array(["r", "r", "s"]), "family": pa.array(["f", "f", "f"]),
+                 "proxy": np.array([0.1, 0.9, 0.5])}
+    counts = {("r", "f"): [20_000, 2, 0], ("s", "f"): [20_000, 1, 0], ("t", "f"): [50, 0, 0]}
+    plan = _plan([("r", "f"), ("s", "f"), ("t", "f")], counts, gold_rows, np.array([0.0, 1.0, 0.5]), 0.0, 1.0, 0, 2)
+    assert plan[("s", "f")] == {"too_few_gold": True} and plan[("t", "f")] is None
+    assert plan[("r", "f")]["slope"] == pytest.approx(1.25) and len(plan[("r", "f")]["ranks"]) == cells.STRESS_UNLABELLED

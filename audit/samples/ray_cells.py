@@ -113,6 +113,8 @@ def _second_pass(b, names: dict, gold_ids, block: int, plan: dict, offsets: dict
         if p is None:                       # a small cell: every unlabelled row
             keep[u] = True
             continue
+        if p.get("too_few_gold"):           # refused by the design check: counted, nothing more
+            continue
         ranks = offsets.get(c, 0) + np.arange(len(u))
         keep[u[np.isin(ranks, p["ranks"])]] = True
         fu = v["proxy"][u]
@@ -207,7 +209,7 @@ def load_on_ray(settings: dict, design) -> Table:
         gvals = gv[pc.index_in(gold_rows["sample_id"], value_set=gid).to_numpy()]   # each gold row's label
         lo, hi = gold_range(gvals, design.gold_range)["range"]
         plan = _plan([(r, f) for r in runs for f in families], counts, gold_rows, gvals, lo, hi,
-                     int(settings.get("seed", 0)))
+                     int(settings.get("seed", 0)), design.min_gold)
         plan_ref = ray.put(plan)
         second = ray.get([ray.remote(_second_pass).remote(b, names, gold_ref, i, plan_ref, offsets[i])
                           for i, b in enumerate(blocks)])
@@ -221,6 +223,9 @@ def load_on_ray(settings: dict, design) -> Table:
     summaries = {}
     for c, p in plan.items():
         if p is None:
+            continue
+        if p.get("too_few_gold"):
+            summaries[c] = {"n_unlabelled": counts[c][0] - counts[c][1], "n_samples": counts[c][0]}
             continue
         parts = [s["stats"][c] for s in second if c in s["stats"]]
         h = parts[0][0]
@@ -253,10 +258,12 @@ def _merged(first: list[dict]):
     return runs, counts, offsets
 
 
-def _plan(order: list, counts: dict, gold_rows: dict, gvals, lo: float, hi: float, seed: int) -> dict:
+def _plan(order: list, counts: dict, gold_rows: dict, gvals, lo: float, hi: float, seed: int,
+          min_gold: int) -> dict:
     """Per cell (in the table's cell order): None to keep every unlabelled row, else what the second pass needs to
     summarise it -- the prediction line fitted on its gold rows, the stress subsample's ranks, the sorted gold
-    proxies (the KS counts)."""
+    proxies (the KS counts) -- or, for a large cell with fewer than min_gold gold rows (which the design check
+    refuses), too_few_gold: its counts only."""
     cell_of = list(zip(gold_rows["run"].to_pylist(), gold_rows["family"].to_pylist()))
     n_unl = [counts[c][0] - counts[c][1] if c in counts else 0 for c in order]
     plan = {}
@@ -264,8 +271,11 @@ def _plan(order: list, counts: dict, gold_rows: dict, gvals, lo: float, hi: floa
         if n <= kept.KEEP_UNLABELLED:
             plan[c] = None
             continue
-        sel = np.array([x == c for x in cell_of])
+        sel = np.array([x == c for x in cell_of], bool)
         y, f = gvals[sel], gold_rows["proxy"][sel]
+        if len(y) < max(2, min_gold):
+            plan[c] = {"too_few_gold": True}
+            continue
         a, b = kept.prediction(y, f, lo, hi)
         plan[c] = {"intercept": a, "slope": b, "lo": lo, "hi": hi, "ranks": rk, "gold_proxy": np.sort(f)}
     return plan
