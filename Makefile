@@ -25,6 +25,7 @@ help:
 	@echo "make test-cpu  the tests under another CPU's kernels: CAP=default|avx2|avx512 [MKL=AVX2|AVX512] [TESTS=...]"
 	@echo "make test-trl  install .[trl] and run the TRL example end to end (examples/trl; its measured time: docs/samples.md)"
 	@echo "make bench     speed: RL step (fast vs naive, single vs stacked), RM training, stress batch (serial vs stacked), samples door at 100k/1M/10M rows"
+	@echo "               (BENCH_RAY=local|address: the samples door also with --ray, and whether its answer is byte-identical)"
 	@echo "make world     build the canonical world into $(WORLD) (seed $(SEED))"
 	@echo "make calibrate SPEC §2 figures of $(WORLD) vs the original's"
 	@echo "make grade     judge $(OUT) against $(WORLD)'s oracle (slow: trains RMs and RL runs for the diagnosis)"
@@ -59,12 +60,13 @@ test-trl: $(STAMP)
 
 # the samples door at log scale: synthetic tables generated once into out/bench-tables (10M rows: ~350 MB)
 BENCH_ROWS ?= 100000 1000000 10000000
+BENCH_RAY ?=
 
 bench: $(STAMP)
 	$(PY) -m rlhf.bench --steps 20
 	@if [ -f $(WORLD)/task/policy/config.json ]; then $(PY) -m audit.bench_stress --task $(WORLD)/task --seed $(SEED); \
 	else echo "stress-batch rows skipped: no built world at $(WORLD) (make world)"; fi
-	$(PY) -m world.experiments.samples_scale --rows $(BENCH_ROWS) --seed $(SEED)
+	$(PY) -m world.experiments.samples_scale --rows $(BENCH_ROWS) --seed $(SEED) $(if $(BENCH_RAY),--ray $(BENCH_RAY))
 
 # First contact: a tiny world (built once) certified with the small preset; the same report as make certify, smaller
 demo: $(STAMP)
