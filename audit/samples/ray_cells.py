@@ -130,10 +130,13 @@ def _read(ray, files: list[Path], fmt: str, names: dict):
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import logging
-    logging.getLogger("ray.data").setLevel(logging.ERROR)     # its progress lines, and its notice about them
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True      # blocks in the files' order: the table's row order
     ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    for h in logging.getLogger("ray.data").handlers:   # its progress lines on the console (its log file keeps them)
+        if not isinstance(h, logging.FileHandler):
+            h.setLevel(logging.ERROR)
     paths = [str(f) for f in files]
     if fmt == "parquet":
         ds = ray.data.read_parquet(paths)
