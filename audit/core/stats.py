@@ -186,9 +186,36 @@ def pearson_ci(x, y, *, n_resamples: int = 2000, seed: int = 0, confidence: floa
 
 def spearman_ci(x, y, *, n_resamples: int = 2000, seed: int = 0, confidence: float = 0.95,
                 method: str = "BCa") -> dict:
-    """Spearman rank correlation with a paired-bootstrap CI."""
-    return _correlation_ci(x, y, _spearman, "spearman_ci", n_resamples=n_resamples, seed=seed,
-                           confidence=confidence, method=method)
+    """Spearman rank correlation with a paired-bootstrap CI. The bootstrap resamples row indices (as scipy does
+    for paired data: the same resamples, the same jackknife) and ranks each resample by counting how often each of
+    the sample's distinct values was drawn, instead of sorting every resample: the same average ranks, bit for
+    bit (tests/test_stats.py), several times faster."""
+    x, y = _as_1d("x", x), _as_1d("y", y)
+    if len(x) != len(y) or len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return _correlation_ci(x, y, _spearman, "spearman_ci", n_resamples=n_resamples, seed=seed,
+                               confidence=confidence, method=method)
+    _check_confidence(confidence)
+    rank_x, rank_y = _counted_ranks(x), _counted_ranks(y)
+    stat = lambda i, axis=-1: _pearson(rank_x(i), rank_y(i), axis=axis)   # noqa: E731
+    return bootstrap_ci((np.arange(len(x), dtype=float),), stat, n_resamples=n_resamples, seed=seed,
+                        confidence=confidence, method=method, vectorized=True)
+
+
+def _counted_ranks(v: np.ndarray):
+    """f(i): the average ranks (scipy.stats.rankdata's) of v[i] along the last axis, for integer-valued index
+    arrays i of shape (..., m) drawn from range(len(v))."""
+    u, group = np.unique(v, return_inverse=True)
+
+    def ranks(i):
+        g = group[np.asarray(i, dtype=np.int64)]
+        lead = g.shape[:-1]
+        rows = int(np.prod(lead)) if lead else 1
+        flat = g.reshape(rows, -1)
+        cnt = np.bincount((np.arange(rows)[:, None] * len(u) + flat).ravel(),
+                          minlength=rows * len(u)).reshape(rows, len(u)).astype(float)
+        cum = np.cumsum(cnt, axis=1)
+        return np.take_along_axis(cum - (cnt - 1) / 2, flat, axis=1).reshape(g.shape)
+    return ranks
 
 
 def mean_ci_normal(values, *, confidence: float = 0.95) -> dict:
