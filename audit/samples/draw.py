@@ -236,9 +236,12 @@ def check_record(settings: dict, table=None) -> list[str]:
     if got != want:
         return [f"{samples}: sha256 {got[:12]}... is not the samples file {gold} was drawn from ({path}: "
                 f"{rec.get('samples')}, sha256 {want[:12]}...): audit the labels with that file, or draw again"]
+    if table is None:    # the table did not load (its gold file, say), or was read on Ray: the samples alone,
+        loaded = load_samples(samples, rec.get("column_mapping") or {})      # by the columnar reader if it can
+        table = None if loaded is None else loaded[0]
     if table is not None:
         drawn = set(table.sample_id.take(draw_table(table, per_cell, seed)).to_pylist())
-    else:                                           # the table did not load (its gold file, say): samples alone
+    else:
         try:
             sm = read_samples(samples, rec.get("column_mapping") or {})
             drawn = {sm["sample_id"][i] for i in draw(sm, per_cell, seed)}
