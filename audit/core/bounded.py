@@ -321,7 +321,7 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
     if summary is not None:
         if y.ndim != 1 or summary.n <= MAX_EXACT:
             raise ValueError("ppi_cells: an UnlabelledSummary stands for more than MAX_EXACT rows of one cell")
-        f_u = np.zeros(summary.n)[:0]       # its checks pass; its values are not used
+        f_u = np.zeros(0)                   # the unlabelled values are not used: the summary stands for them
     f_u = np.atleast_1d(np.asarray(f_u))          # float32 unlabelled proxies stay float32 (the harness's millions)
     f_u = f_u if np.issubdtype(f_u.dtype, np.floating) else f_u.astype(float)
     if y.shape != f.shape:

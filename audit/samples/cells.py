@@ -61,7 +61,7 @@ def ks_from_counts(gold_proxy: np.ndarray, below: np.ndarray, at_or_below: np.nd
     d = min_s if min_s > max_s else max_s
     m, n = sorted([float(n1), float(n2)], reverse=True)
     en = m * n / (m + n)
-    return float(np.float64(d)), float(np.clip(distributions.kstwo.sf(d, np.round(en)), 0, 1))
+    return d, float(np.clip(distributions.kstwo.sf(d, np.round(en)), 0, 1))
 
 
 def summary(n_unlabelled: int, proxy: exact_sums.Moments, h: exact_sums.Moments, a: float, b: float,

@@ -177,22 +177,27 @@ def main(argv) -> int:
     if per_cell is None:
         problems.append("--per-cell: not given" + (" and the previous answer advises no number" if advice
                                                     else " (or give --from-answer PREVIOUS/answer.json)"))
-    drawn = None
-    if not problems:
-        # the columnar reader (a 10M-row log in seconds); the row-by-row reader where it would not take the file
-        # plainly, which names any problem -- both draw the same rows (tests/test_samples_workflow.py)
-        loaded = load_samples(a.samples, mapping)
+    # the columnar reader (a 10M-row log in seconds); the row-by-row reader where it would not take the file
+    # plainly, which names any problem -- both draw the same rows (tests/test_samples_workflow.py)
+    loaded, sm = load_samples(a.samples, mapping), None
+    if loaded is None:
         try:
-            drawn = None if loaded is None else _drawn_columns(*loaded, per_cell, a.seed)
-        except Unusual:
-            drawn = None
-        if drawn is None:
-            try:
-                drawn = _drawn_rows(read_samples(a.samples, mapping), per_cell, a.seed)
-            except TableError as e:
-                problems += e.problems
+            sm = read_samples(a.samples, mapping)
+        except TableError as e:
+            problems += e.problems
     if problems:
         return claims_runner.refuse("draw-gold", problems, out)
+    drawn = None
+    if loaded is not None:
+        try:
+            drawn = _drawn_columns(*loaded, per_cell, a.seed)
+        except Unusual:         # a prompt column the columnar reader would not take: the row reader's turn
+            pass
+    if drawn is None:
+        try:
+            drawn = _drawn_rows(sm or read_samples(a.samples, mapping), per_cell, a.seed)
+        except TableError as e:
+            return claims_runner.refuse("draw-gold", e.problems, out)
     for line in advice:
         print(f"[draw-gold] {line}", flush=True)
 

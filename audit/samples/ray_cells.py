@@ -9,7 +9,8 @@ cell's rows and sums its proxy exactly, and returns the gold rows (the gold tabl
 never leaves this machine); the second, given each cell's prediction line (fitted here on its gold rows), the
 stress's subsample ranks and each block's offset among a cell's unlabelled rows, returns the rows to keep, each
 large cell's exact moments of the prediction, and its Kolmogorov-Smirnov counts. sample_id's uniqueness over the
-whole table is a Ray Data group-by. A table the fast reader would not take is refused with the reason; run without
+whole table is checked by a shuffle of the ids over partitions (one Ray task per partition). A table the fast
+reader would not take is refused with the reason; run without
 --ray to have its file, line and column named.
 """
 from __future__ import annotations
@@ -21,33 +22,35 @@ import numpy as np
 
 from audit.core import exact_sums
 from . import cells as kept, columns
-from .rows import OPTIONAL_COLUMNS, SAMPLE_COLUMNS, TableError
+from .rows import SAMPLE_COLUMNS, TableError
 from .table import Table, check
 
 KEYS = ("sample_id", "run", "family", "prompt_id", "completion", "proxy_reward", "step")
 
 
-def _block(b, names: dict, gold_ids) -> dict:
-    """A block's columns under the schema's names, validated as the fast reader does; is_gold per row."""
+def _block(b, names: dict, gold_ids, unique_ids_checked: bool = False) -> dict:
+    """A block's columns under the schema's names, validated as the fast reader does; is_gold per row. The second
+    pass reads blocks the first has checked: it skips the sort that finds a duplicate id."""
     import pyarrow.compute as pc
     c = {k: b[names[k]] for k in KEYS if names.get(k) in b.column_names}
     out = {"sample_id": columns.ids(c["sample_id"]), "run": columns.ids(c["run"]),
            "family": columns.ids(c["family"]), "prompt_id": columns.ids(c["prompt_id"]),
            "completion": columns.texts(c["completion"]), "proxy": columns.numbers(c["proxy_reward"]),
            "step": columns.numbers(c["step"], allow_null=True) if "step" in c else None}
-    if not columns.distinct(out["sample_id"]):
+    if not unique_ids_checked and not columns.distinct(out["sample_id"]):
         raise columns.Unusual("duplicate sample_id")
     out["is_gold"] = pc.is_in(out["sample_id"], value_set=gold_ids).to_numpy(zero_copy_only=False)
     return out
 
 
 def _cells_of(v: dict):
-    """(cell names per row as (run, family), in first-appearance order; cell index per row)."""
+    """(the block's cells as (run, family) names; each row's index into them; the runs in order of first
+    appearance)."""
     import pyarrow.compute as pc
     r, f = pc.dictionary_encode(v["run"]), pc.dictionary_encode(v["family"])
     rn, fn = r.dictionary.to_pylist(), f.dictionary.to_pylist()
     key = r.indices.to_numpy().astype(np.int64) * len(fn) + f.indices.to_numpy()
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    uniq, inv = np.unique(key, return_inverse=True)
     names = [(rn[k // len(fn)], fn[k % len(fn)]) for k in uniq]
     return names, inv, rn
 
@@ -95,15 +98,15 @@ def _duplicate(*pieces):
     import pyarrow as pa
     import pyarrow.compute as pc
     ids = pa.chunked_array(pieces, type=pa.string()).combine_chunks()
-    if columns.distinct(ids):
+    if len(ids) < 2:
         return None
     srt = ids.take(pc.sort_indices(ids))
-    same = pc.equal(srt.slice(1), srt.slice(0, len(srt) - 1)).to_numpy(zero_copy_only=False)
-    return srt[int(np.flatnonzero(same)[0])].as_py()
+    same = np.flatnonzero(pc.equal(srt.slice(1), srt.slice(0, len(srt) - 1)).to_numpy(zero_copy_only=False))
+    return srt[int(same[0])].as_py() if len(same) else None
 
 
 def _second_pass(b, names: dict, gold_ids, block: int, plan: dict, offsets: dict) -> dict:
-    v = _block(b, names, gold_ids)
+    v = _block(b, names, gold_ids, unique_ids_checked=True)
     cell_names, inv, _ = _cells_of(v)
     keep = np.zeros(len(v["proxy"]), bool)
     stats = {}

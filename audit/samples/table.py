@@ -234,7 +234,7 @@ def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]
         idx = t.cell(r, f)
         g = idx[~np.isnan(t.gold[idx])]
         u = idx[np.isnan(t.gold[idx])]
-        summ = t.summaries.get((r, f))       # a summarised cell (audit.samples.ray_cells): its counts and KS test
+        summ = t.summaries.get((r, f))       # a cell summarised on Ray (audit.samples.cells): its counts, KS test
         n_all, n_u = (len(idx), len(u)) if summ is None else (summ["n_samples"], summ["n_unlabelled"])
         where = f"run '{r}' family '{f}'"
         if n_all < design.min_samples:
