@@ -105,6 +105,35 @@ def test_ppi_cell_lam_zero_is_gold_only_and_never_wider():
     assert float(ca.lam) == 0.0
 
 
+@pytest.mark.parametrize("n", [40, 700])          # up to MAX_EXACT rows, and grouped above it
+def test_kept_gold_weights_give_the_same_bits(monkeypatch, n):
+    """The gold rows' Dirichlet weights are kept between calls (the stress re-decides each cell many times): a cell
+    computed from kept weights is bit for bit the cell computed afresh, the cache stays within its byte budget, and
+    what it hands out cannot be written to."""
+    rng = np.random.default_rng(2)
+    y, f, fu = rng.random(n), rng.random(n), rng.random(3000)
+
+    def cell():
+        c = bounded.ppi_cells(y, f, fu, 0, 1, seed=3, key=("r", "f"), draws=2000)
+        return c.interval()["ci95"], float(c.lam), [s.rest.tobytes() + s.d0.tobytes() for _, s in c.parts]
+
+    from collections import OrderedDict
+    monkeypatch.setattr(bounded, "_weights", OrderedDict())     # an empty cache, the process's own restored after
+    monkeypatch.setattr(bounded, "_weights_bytes", 0)
+    fresh = cell()
+    assert len(bounded._weights) == 1
+    assert cell() == fresh                                   # from the kept weights
+    kept = next(iter(bounded._weights.values()))
+    assert not kept[2].flags.writeable
+    size = sum(a.nbytes for a in kept if a is not None)
+    monkeypatch.setattr(bounded, "WEIGHT_CACHE_BYTES", 2 * size)   # room for two cells: the oldest goes first
+    for key in ("a", "b", "c"):
+        bounded.ppi_cells(y, f, fu, 0, 1, seed=3, key=(key,), draws=2000)
+    assert [k[1] for k in bounded._weights] == [repr(("b", "gold")), repr(("c", "gold"))]
+    assert bounded._weights_bytes == 2 * size
+    assert cell() == fresh                                   # recomputed after eviction: the same bits
+
+
 @pytest.mark.parametrize("kind,mu,n", [("binary", 0.02, 25), ("binary", 0.5, 25), ("binary", 0.995, 10),
                                        ("continuous", 0.97, 25)])
 def test_coverage_where_normal_intervals_fail(kind, mu, n):

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -292,21 +293,56 @@ def prediction_line(y, f):
     return ym[..., 0] - slope * fm[..., 0], slope
 
 
-def _paired_draws(x, z, rng: np.random.Generator, draws: int):
-    """(D_0, Dirichlet mean of x, the same weights' mean of z) for two columns of the same rows (batch..., n).
-    More than MAX_EXACT rows are put in random groups (a group mean carries a Gamma(size) weight)."""
-    n = x.shape[-1]
+# A cell's gold-row weights are a function of (seed, key, n, draws) alone, and the corruption stress re-decides
+# the same cells dozens of times with only the proxy changed (audit.samples.stress): the exponentials are most of a
+# cell's cost (~4 ms of 5 at 60 gold rows and 10,000 draws), so they are kept, least recently used first out,
+# within WEIGHT_CACHE_BYTES. The same arrays in the same operations: a cached cell is bit for bit an uncached one.
+WEIGHT_CACHE_BYTES = 256 * 2**20
+_weights: "OrderedDict[tuple, tuple]" = OrderedDict()
+_weights_bytes = 0
+
+
+def _gold_weights(seed: int, key: tuple, n: int, draws: int) -> tuple:
+    """(grp, sizes, g, s, d0): the Dirichlet weights of n gold rows from their stream, as _paired_draws uses them
+    (grp and sizes None up to MAX_EXACT rows, else each row's random group and the group sizes), read-only."""
+    global _weights_bytes
+    memo = (int(seed), repr(tuple(key)), int(n), int(draws))
+    if memo in _weights:
+        _weights.move_to_end(memo)
+        return _weights[memo]
+    rng = stream(seed, *key)
+    grp = sizes = None
     if n <= MAX_EXACT:
         g = rng.standard_exponential((draws, n), dtype=DRAW_DTYPE)
-        xg, zg = x.astype(DRAW_DTYPE), z.astype(DRAW_DTYPE)
     else:
         grp = rng.permutation(n) % MAX_EXACT
         sizes = np.bincount(grp, minlength=MAX_EXACT).astype(float)
+        g = rng.standard_gamma(sizes, size=(draws, MAX_EXACT)).astype(DRAW_DTYPE)
+    out = (grp, sizes, g, g.sum(1), _beta1n(rng, n, draws))
+    for a in out:
+        if a is not None:
+            a.flags.writeable = False
+    size = sum(a.nbytes for a in out if a is not None)
+    if size <= WEIGHT_CACHE_BYTES:
+        _weights[memo] = out
+        _weights_bytes += size
+        while _weights_bytes > WEIGHT_CACHE_BYTES:
+            _weights_bytes -= sum(a.nbytes for a in _weights.popitem(last=False)[1] if a is not None)
+    return out
+
+
+def _paired_draws(x, z, seed: int, key: tuple, draws: int):
+    """(D_0, Dirichlet mean of x, the same weights' mean of z) for two columns of the same rows (batch..., n), the
+    weights from the stream of (seed, key). More than MAX_EXACT rows are put in random groups (a group mean
+    carries a Gamma(size) weight)."""
+    n = x.shape[-1]
+    grp, sizes, g, s, d0 = _gold_weights(seed, key, n, draws)
+    if grp is None:
+        xg, zg = x.astype(DRAW_DTYPE), z.astype(DRAW_DTYPE)
+    else:
         onehot = (grp[:, None] == np.arange(MAX_EXACT)[None, :]) / sizes
         xg, zg = (x @ onehot).astype(DRAW_DTYPE), (z @ onehot).astype(DRAW_DTYPE)
-        g = rng.standard_gamma(sizes, size=(draws, MAX_EXACT)).astype(DRAW_DTYPE)
-    s = g.sum(1)
-    return _beta1n(rng, n, draws), (xg @ g.T) / s, (zg @ g.T) / s
+    return d0, (xg @ g.T) / s, (zg @ g.T) / s
 
 
 def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed: int = 0, key=(),
@@ -354,7 +390,7 @@ def ppi_cells(y, f, f_u, lo: float, hi: float, *, confidence: float = 0.95, seed
     h_lo = np.minimum(h.min(-1), u_min)[..., None]
     h_hi = np.maximum(h.max(-1), u_max)[..., None]
 
-    d0, ry, rh = _paired_draws(y, h, stream(seed, *key, "gold"), draws)
+    d0, ry, rh = _paired_draws(y, h, seed, (*key, "gold"), draws)
     if summary is None:
         unl = draw(h_u, h_lo[..., 0], h_hi[..., 0], stream(seed, *key, "unlabelled"), draws)
     else:   # as draw() does for more than MAX_EXACT values, from their statistics
