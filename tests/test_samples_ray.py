@@ -137,6 +137,10 @@ def test_unreachable_ray_is_a_usage_error(big, tmp_path):
     r = _certify(big, tmp_path / "out", "--ray", "127.0.0.1:1")
     assert r.returncode == 2 and "--ray 127.0.0.1:1: cannot start or reach a Ray cluster" in r.stderr
     assert not (tmp_path / "out").exists()
+    # a wrong draw record is refused before any Ray cluster is started or reached
+    r = _certify(big, tmp_path / "out", "--ray", "127.0.0.1:1", "--draw-record", str(tmp_path / "nope.json"))
+    assert r.returncode == 2 and f"--draw-record {tmp_path / 'nope.json'}: file not found" in r.stderr
+    assert "Ray" not in r.stderr and not (tmp_path / "out").exists()
 
 
 def test_a_block_the_fast_reader_would_not_take_is_refused_with_the_reason():

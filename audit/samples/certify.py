@@ -152,12 +152,19 @@ def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
     from .draw import check_record
     from .session import load_table, reduce_table
     problems, table = [], None
+    if cfg.get("ray"):
+        # on Ray the table is read and reduced there; the draw record (if any) is checked against the samples file
+        # here first, so that a wrong record is refused before a Ray cluster is started or reached
+        problems = check_record(cfg, None)
+        if problems:
+            lock.undo()
+            return refuse(problems, out)
     try:
-        # on Ray: read and reduced there (the draw record, if any, is checked against the samples file here)
         table, reference = load_table(cfg, reduced=False)
     except ValueError as e:
         problems += getattr(e, "problems", [str(e)])
-    problems = check_record(cfg, None if cfg.get("ray") else table) + problems   # the record's problems first
+    if not cfg.get("ray"):
+        problems = check_record(cfg, table) + problems        # the record's problems first, with the table's
     if problems:
         lock.undo()            # OUT as it was: not even created when it did not exist
         return refuse(problems, out)
