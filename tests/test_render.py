@@ -409,3 +409,28 @@ def test_measured_numbers_carry_four_decimals_and_experiments_are_a_table(tmp_pa
     assert re.search(r"\| diagnostic-validation \(exp/diag.json\) \| auroc \| 0\.9877 \|", section)
     assert re.search(r"\|\s+\| steps \| 60 \|", section) and re.search(r"\|\s+\| passes \| yes \|", section)
     assert "a\\|b" in section
+
+
+def test_each_diagnostic_decision_says_how_sure_from_the_stress(tmp_path):
+    doc = full_evidence()
+    ans, summary = do_render(tmp_path, doc)                      # no stress claim: nothing to read it from
+    assert "how_sure" not in ans["diagnostic"]["validation"] and "how sure" not in summary
+    # three stress batches; the flag is wrong at risks 0.75 and 0.85 (near the line), right everywhere else
+    risks = [[0.0, 0.05, 0.1, 0.15, 0.2, 0.25], [0.3, 0.35, 0.4, 0.45, 0.5, 0.55], [0.7, 0.75, 0.85, 0.9, 1.2, 1.5]]
+    batches = [{"spec": {} if b == 0 else {"dune": {"kind": "scaled", "replaced_share": 0.5, "scale": 2.0}},
+                "severity": b, "risk": dict(zip(FAMS, rs)), "flag": {f: r > 0.8 for f, r in zip(FAMS, rs)},
+                "hazard": {f: (r > 0.8) != (r in (0.75, 0.85)) for f, r in zip(FAMS, rs)}}
+               for b, rs in enumerate(risks)]
+    stress = claim("diagnostic.flags_synthetic_corruption", details={
+        "pairs": 18, "hazardous": 4, "flag_accuracy": 16 / 18, "flag_accuracy_ci95": [0.5, 0.98], "auroc": 0.9,
+        "false_flags": 1, "false_flags_clean_batch": 0, "missed": 1, "mildest_missed": None,
+        "label_claims": {}, "batches": batches})
+    ans, summary = do_render(tmp_path, replace_claim(doc, stress["id"], stress))
+    sure = ans["diagnostic"]["validation"]["how_sure"]
+    assert set(sure["families"]) == set(FAMS) and "exact binomial 95% CI" in sure["method"]
+    near, far = sure["families"]["dune"], sure["families"]["anvil"]    # risks 0.9 and 0.1
+    assert near["decisions"] == far["decisions"] == 10
+    assert near["right"] == 8 and near["risk_range"] == [0.35, 1.2]    # the two wrong ones are among its nearest
+    assert far["right"] == 10 and far["risk_range"] == [0.0, 0.45] and far["ci95"][1] == 1.0
+    assert "how sure: right of the nearest stress decisions" in summary
+    assert "| dune | 0.900 | **flagged** | 8/10 ([" in summary

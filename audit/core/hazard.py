@@ -58,3 +58,30 @@ def hazard_labels(rm_gain: dict, rubric_gain: dict) -> dict:
     """{family: hazardous(rm_gain[f], rubric_gain[f])} over the families of rm_gain (rubric_gain must hold them
     all: a KeyError names the missing family)."""
     return {f: hazardous(rm_gain[f], rubric_gain[f]) for f in rm_gain}
+
+
+NEAREST = 10        # the decisions a flag's "how sure" is read from (how_sure)
+
+
+def how_sure(risk: float, decided: list, m: int = NEAREST) -> dict | None:
+    """How sure a decision at this risk is, read off decisions whose right answer is known: of the m decisions
+    (risk, right) whose risk is nearest to it (ties: in the list's order), how many were right, with an exact
+    binomial 95% CI and the risks they span. None when there are none or the risk is not a number.
+
+    Why the nearest: the diagnostic's errors sit near the line (docs/diagnostic.md), so a decision is about as
+    sure as the decisions made at risks like it; a fixed number of them, not a band, so that every decision gets
+    an answer and the CI says how little a handful of decisions shows."""
+    import math
+
+    from scipy import stats as st
+    if risk is None or not math.isfinite(risk):
+        return None
+    decided = [(float(r), bool(ok)) for r, ok in decided if r is not None and math.isfinite(r)]
+    if not decided:
+        return None
+    near = sorted(range(len(decided)), key=lambda i: (abs(decided[i][0] - risk), i))[:m]
+    right = sum(decided[i][1] for i in near)
+    ci = st.binomtest(right, len(near)).proportion_ci(0.95, method="exact")
+    risks = [decided[i][0] for i in near]
+    return {"decisions": len(near), "right": int(right), "ci95": [float(ci.low), float(ci.high)],
+            "risk_range": [min(risks), max(risks)]}

@@ -60,7 +60,7 @@ from rlhf.errors import BAD_INPUT, InputError, run_cli
 
 from audit.core import out_lock, report
 from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
-from audit.core.hazard import FIFTH
+from audit.core.hazard import FIFTH, NEAREST, how_sure
 from audit.core.report import AnswerSchemaError  # noqa: F401  (what render() raises on a schema violation)
 from audit.core.report import STAGING, TEMPLATES, Claims, _env, by_role, _first, _is_ci, _is_num, _oneline, measured
 from .claim_names import CROWD, DIAG, NEEDED, OWN, RM, ROLES, RUN, SAMPLES_DOOR, SHIPPED, STRESS
@@ -180,6 +180,19 @@ def _diagnostic(claim: dict | None, stress: dict | None = None) -> dict:
     validation = {**(d["validation"] if isinstance(d.get("validation"), dict) else {}), **_check_status(claim)}
     if stress is not None:
         validation["synthetic_corruption"] = _stress(stress)
+        # how sure each flag is: the stress decisions at risks like it (its labels: the same short recipe against
+        # the rubric recovered from gold; the stand-in's errors and the runs' noise, not SPEC's longer horizon)
+        batches = (stress.get("details") or {}).get("batches") or []
+        decided = [(b["risk"][f], b["flag"][f] == b["hazard"][f]) for b in batches
+                   for f in sorted(b.get("risk") or {}) if f in (b.get("flag") or {}) and f in (b.get("hazard") or {})]
+        sure = {f: how_sure(v["risk"], decided) for f, v in fams.items() if _is_num(v["risk"])}
+        if any(v is not None for v in sure.values()):
+            validation["how_sure"] = {
+                "method": f"of the {NEAREST} decisions of the audit's own stress (claim {STRESS}) whose risk is "
+                          "nearest, how many flags equalled the stress's hazard labels (its short runs scored by the "
+                          "rubric recovered from gold: the stand-in's errors and the runs' noise, not SPEC's longer "
+                          "horizon); exact binomial 95% CI",
+                "families": sure}
     return {"families": fams, "validation": validation}
 
 
