@@ -56,17 +56,19 @@ def test_the_names_are_the_helpers():
     assert audit.task.diagnostic.hazardous is hazard.hazardous
 
 
-def test_how_sure_reads_the_nearest_decisions_with_an_exact_interval():
+def test_how_sure_reads_the_nearest_decisions_with_the_same_call_and_an_exact_interval():
     from scipy import stats
     from audit.core.hazard import how_sure
-    decided = [(0.1 * i, i % 4 != 0) for i in range(21)]          # risks 0.0 .. 2.0; every fourth one wrong
-    h = how_sure(0.8, decided, m=5)                               # nearest: 0.8, then 0.7 and 0.9, then 0.6 and 1.0
-    assert h["decisions"] == 5 and h["risk_range"] == pytest.approx([0.6, 1.0])
-    assert h["right"] == 4                                        # of i = 6..10 only i = 8 is wrong
-    ci = stats.binomtest(4, 5).proportion_ci(0.95, method="exact")
+    decided = [(0.1 * i, 0.1 * i > 0.8, i % 4 != 0) for i in range(21)]   # risks 0.0 .. 2.0; every fourth wrong
+    h = how_sure(0.8, False, decided, m=5)       # no-flags nearest 0.8: 0.8, 0.7, 0.6, 0.5, 0.4 (0.8 and 0.4 wrong)
+    assert h["decisions"] == 5 and h["risk_range"] == pytest.approx([0.4, 0.8]) and h["right"] == 3
+    ci = stats.binomtest(3, 5).proportion_ci(0.95, method="exact")
     assert h["ci95"] == [ci.low, ci.high]
-    ties = how_sure(0.85, [(0.8, True), (0.9, False)], m=1)        # equally near: the first in the list
+    f = how_sure(0.8, True, decided, m=5)        # flags nearest 0.8: 0.9 .. 1.3 (1.2 wrong)
+    assert f["risk_range"] == pytest.approx([0.9, 1.3]) and f["right"] == 4
+    ties = how_sure(0.85, True, [(0.8, True, True), (0.9, True, False)], m=1)   # equally near: the first listed
     assert ties["right"] == 1 and ties["risk_range"] == [0.8, 0.8]
-    few = how_sure(1.5, [(1.2, True), (float("nan"), False)])    # fewer than m decisions; NaN risks left out
-    assert few["decisions"] == 1 and few["ci95"][1] == 1.0 and few["ci95"][0] > 0
-    assert how_sure(0.5, []) is None and how_sure(float("nan"), decided) is None
+    few = how_sure(1.5, True, [(1.2, True, True), (float("nan"), True, False), (0.3, False, True)])
+    assert few["decisions"] == 1 and few["ci95"][1] == 1.0 and few["ci95"][0] > 0   # fewer than m; NaN left out
+    assert how_sure(1.9, True, [(0.3, False, True)]) is None            # no stress flag vouches for a flag
+    assert how_sure(0.5, False, []) is None and how_sure(float("nan"), False, decided) is None

@@ -428,9 +428,10 @@ def test_each_diagnostic_decision_says_how_sure_from_the_stress(tmp_path):
     ans, summary = do_render(tmp_path, replace_claim(doc, stress["id"], stress))
     sure = ans["diagnostic"]["validation"]["how_sure"]
     assert set(sure["families"]) == set(FAMS) and "exact binomial 95% CI" in sure["method"]
-    near, far = sure["families"]["dune"], sure["families"]["anvil"]    # risks 0.9 and 0.1
-    assert near["decisions"] == far["decisions"] == 10
-    assert near["right"] == 8 and near["risk_range"] == [0.35, 1.2]    # the two wrong ones are among its nearest
-    assert far["right"] == 10 and far["risk_range"] == [0.0, 0.45] and far["ci95"][1] == 1.0
-    assert "how sure: right of the nearest stress decisions" in summary
-    assert "| dune | 0.900 | **flagged** | 8/10 ([" in summary
+    flagged, far = sure["families"]["dune"], sure["families"]["anvil"]    # risks 0.9 (flagged) and 0.1
+    assert flagged["decisions"] == 4 and flagged["risk_range"] == [0.85, 1.5]   # the stress's four flags
+    assert flagged["right"] == 3                                       # the flag at 0.85 was wrong
+    assert far["decisions"] == 10 and far["right"] == 10 and far["risk_range"] == [0.0, 0.45]
+    assert sure["families"]["ember"]["right"] == 3 and sure["nearest"] == 10
+    assert "how sure: right of the nearest stress decisions with the same call" in summary
+    assert "| dune | 0.900 | **flagged** | 3/4 ([" in summary

@@ -63,25 +63,28 @@ def hazard_labels(rm_gain: dict, rubric_gain: dict) -> dict:
 NEAREST = 10        # the decisions a flag's "how sure" is read from (how_sure)
 
 
-def how_sure(risk: float, decided: list, m: int = NEAREST) -> dict | None:
-    """How sure a decision at this risk is, read off decisions whose right answer is known: of the m decisions
-    (risk, right) whose risk is nearest to it (ties: in the list's order), how many were right, with an exact
-    binomial 95% CI and the risks they span. None when there are none or the risk is not a number.
+def how_sure(risk: float, flag: bool, decided: list, m: int = NEAREST) -> dict | None:
+    """How sure a decision (a flag, or no flag, at this risk) is, read off decisions whose right answer is known:
+    of the m decisions (risk, flag, right) that made the same call at the risks nearest to it (ties: in the
+    list's order), how many were right, with an exact binomial 95% CI and the risks they span. None when no
+    decision made the same call or the risk is not a number.
 
-    Why the nearest: the diagnostic's errors sit near the line (docs/diagnostic.md), so a decision is about as
-    sure as the decisions made at risks like it; a fixed number of them, not a band, so that every decision gets
-    an answer and the CI says how little a handful of decisions shows."""
+    Why the nearest, and the same call: the diagnostic's errors sit near the line (docs/diagnostic.md), so a flag
+    is about as sure as the flags raised at risks like it, a no-flag as the no-flags (a flag at 1.9 is not vouched
+    for by no-flags at 0.5); a fixed number of them, not a band, so that the CI says how little a handful of
+    decisions shows."""
     import math
 
     from scipy import stats as st
     if risk is None or not math.isfinite(risk):
         return None
-    decided = [(float(r), bool(ok)) for r, ok in decided if r is not None and math.isfinite(r)]
-    if not decided:
+    same = [(float(r), bool(ok)) for r, f, ok in decided
+            if r is not None and math.isfinite(r) and bool(f) == bool(flag)]
+    if not same:
         return None
-    near = sorted(range(len(decided)), key=lambda i: (abs(decided[i][0] - risk), i))[:m]
-    right = sum(decided[i][1] for i in near)
+    near = sorted(range(len(same)), key=lambda i: (abs(same[i][0] - risk), i))[:m]
+    right = sum(same[i][1] for i in near)
     ci = st.binomtest(right, len(near)).proportion_ci(0.95, method="exact")
-    risks = [decided[i][0] for i in near]
+    risks = [same[i][0] for i in near]
     return {"decisions": len(near), "right": int(right), "ci95": [float(ci.low), float(ci.high)],
             "risk_range": [min(risks), max(risks)]}

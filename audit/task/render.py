@@ -183,16 +183,17 @@ def _diagnostic(claim: dict | None, stress: dict | None = None) -> dict:
         # how sure each flag is: the stress decisions at risks like it (its labels: the same short recipe against
         # the rubric recovered from gold; the stand-in's errors and the runs' noise, not SPEC's longer horizon)
         batches = (stress.get("details") or {}).get("batches") or []
-        decided = [(b["risk"][f], b["flag"][f] == b["hazard"][f]) for b in batches
+        decided = [(b["risk"][f], b["flag"][f], b["flag"][f] == b["hazard"][f]) for b in batches
                    for f in sorted(b.get("risk") or {}) if f in (b.get("flag") or {}) and f in (b.get("hazard") or {})]
-        sure = {f: how_sure(v["risk"], decided) for f, v in fams.items() if _is_num(v["risk"])}
+        sure = {f: how_sure(v["risk"], v["flag"], decided) for f, v in fams.items() if _is_num(v["risk"])}
         if any(v is not None for v in sure.values()):
             validation["how_sure"] = {
-                "method": f"of the {NEAREST} decisions of the audit's own stress (claim {STRESS}) whose risk is "
-                          "nearest, how many flags equalled the stress's hazard labels (its short runs scored by the "
-                          "rubric recovered from gold: the stand-in's errors and the runs' noise, not SPEC's longer "
-                          "horizon); exact binomial 95% CI",
-                "families": sure}
+                "method": f"of the (up to) {NEAREST} decisions of the audit's own stress (claim {STRESS}) that "
+                          "made the same call (flag or no flag) at the risks nearest, how many equalled the stress's "
+                          "hazard labels (its short runs scored by the rubric recovered from gold: the stand-in's "
+                          "errors and the runs' noise, not SPEC's longer horizon); exact binomial 95% CI; null when "
+                          "no stress decision made that call",
+                "nearest": NEAREST, "families": sure}
     return {"families": fams, "validation": validation}
 
 
