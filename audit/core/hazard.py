@@ -15,6 +15,8 @@ rubric RL always gains a lot (SPEC §2: +0.4 and more), so this only ever decide
 stand-in, whose LUT can be junk on a family whose crowd followed a wrong rubric."""
 from __future__ import annotations
 
+import math
+
 FIFTH = 0.2     # "less than a fifth"
 FLOOR = 1e-6    # a rubric-run gain at or below this is "gains nothing"
 
@@ -73,8 +75,6 @@ def how_sure(risk: float, flag: bool, decided: list, m: int = NEAREST) -> dict |
     is about as sure as the flags raised at risks like it, a no-flag as the no-flags (a flag at 1.9 is not vouched
     for by no-flags at 0.5); a fixed number of them, not a band, so that the CI says how little a handful of
     decisions shows."""
-    import math
-
     from scipy import stats as st
     if risk is None or not math.isfinite(risk):
         return None
