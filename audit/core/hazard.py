@@ -12,7 +12,10 @@ where the gains come from differs; the line is the same. It lives in audit/ beca
 One edge the SPEC does not spell out: a rubric run that gains nothing (<= FLOOR) leaves nothing to keep, so the
 family is hazardous whatever the RM run did (nothing shows that optimising the RM there is safe). With a real
 rubric RL always gains a lot (SPEC §2: +0.4 and more), so this only ever decides for the diagnostic's gold-free
-stand-in, whose LUT can be junk on a family whose crowd followed a wrong rubric."""
+stand-in, whose LUT can be junk on a family whose crowd followed a wrong rubric.
+
+how_sure() reads how sure one decision at a given risk is off decisions whose right answer is known (the report
+reads the task RM's flags off the stress claim's decisions)."""
 from __future__ import annotations
 
 import math
