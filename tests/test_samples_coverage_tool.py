@@ -38,7 +38,8 @@ def test_an_export_the_door_refuses_is_reported_as_refused(tmp_path):
     honest = audit_world(_export(tmp_path / "honest", biased=False), 40, 0)
     assert "refused" not in honest and len(honest["runs"]) == 2
     biased = audit_world(_export(tmp_path / "biased", biased=True), 40, 0)
-    assert biased["runs"] == [] and len(biased["refused"]) == 1 and biased["refused"][0].startswith(f"better/{FAMILIES[1]} (KS p")
+    assert biased["runs"] == [] and len(biased["refused"]) == 1
+    assert biased["refused"][0].startswith(f"better/{FAMILIES[1]} (KS p")
     s = summarise([honest, biased])
     assert s["refused_exports"] == 1 and s["worlds"] == 2
     assert s["cells"] == 12 and s == {**summarise([honest]), "worlds": 2, "refused_exports": 1}
