@@ -33,6 +33,10 @@ class DesignConfig:
     nonrandom_gold: str = "refuse"   # refuse | widen (worst-case interval over gold_range)
     gold_range: tuple | None = None  # [lo, hi] every gold label can take; needed by "widen"
 
+    def level(self, n_cells: int) -> float:
+        """Each cell's level of the random-subset test: alpha over the cells (Bonferroni)."""
+        return self.alpha / max(1, n_cells)
+
 
 @dataclass
 class Table:
@@ -229,7 +233,7 @@ def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]
     elif reference not in t.runs:
         problems.append(f"--reference {reference}: no such run in {t.samples_path}; runs are: {', '.join(t.runs)}")
     cells = [(r, f) for r in t.runs for f in t.families]
-    level = design.alpha / max(1, len(cells))
+    level = design.level(len(cells))
     for r, f in cells:
         idx = t.cell(r, f)
         g = idx[~np.isnan(t.gold[idx])]
