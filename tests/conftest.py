@@ -9,6 +9,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _k in ("RLHF_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_k, "1")
 
+if "RAY_TMPDIR" not in os.environ:
+    # Ray keeps a session dir (logs, sockets) of every cluster it starts under /tmp/ray and never removes it: the
+    # `--ray local` tests' clusters (this process's and the CLIs' it starts) go to a dir of this process instead,
+    # removed when it ends. Short, under /tmp: Ray's socket paths must stay under 107 characters.
+    import atexit
+    import tempfile
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rlhf-audit-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
+
 import rlhf  # noqa: F401  (numeric environment before torch computes: rlhf/__init__.py)
 import torch
 from hypothesis import HealthCheck, settings
