@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from audit.task.diagnostic import DiagnosticConfig, diagnose, proxy_rubric
+from audit.task.diagnostic import (DiagnosticConfig, associated_positions, diagnose, proxy_rubric,
+                                   stand_in_gains)
 from audit.core.hazard import hazardous
 from audit.task.recovery import association_prior
 from rlhf.model import load_policy
@@ -33,6 +34,7 @@ def test_cli_contract(tiny_world, tmp_path):
         assert isinstance(v["risk"], float) and isinstance(v["flag"], bool)
         # the flag is SPEC §3's rule (audit.core.hazard) on the two stand-in gains, and risk > 0.8 says the same
         assert v["flag"] == hazardous(v["proxy_gain_rm_run"], v["proxy_gain_rubric_run"]) == (v["risk"] > 0.8)
+        assert 0 <= v["stand_in_positions"] <= 8          # how many positions the stand-in could read
     bad = subprocess.run(args[:4] + [str(tmp_path / "nope")] + args[5:], capture_output=True, text=True)
     # bad input: exit 2, one line naming the file (rlhf.errors.run_cli)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
@@ -58,6 +60,39 @@ def test_association_prior_prefers_the_token_that_moves_with_the_value():
     lut = association_prior(np.log(p)).argmax(-1)
     assert (lut == 1 + np.arange(8)).all()          # lift finds the rubric token
     assert (np.log(p).argmax(-1) == 0).all()        # frequency would have picked the distractor
+
+
+def test_associated_positions_find_where_the_token_depends_on_the_key():
+    # 4,800 reference samples: at positions 0-3 the token follows attribute p's value 30% of the time (else a
+    # token drawn independently of everything); at 4-7 every (value, token) pair is equally frequent: independent
+    n = 8 * 24 * 25
+    i = np.arange(n)
+    rng = np.random.default_rng(0)
+    A = np.stack([i % 8, (i // 8) % 8, (i // 64) % 8, rng.integers(0, 8, n)], 1)
+    R = np.zeros((n, 8), int)
+    for p in range(4):
+        follows = rng.random(n) < 0.3
+        R[:, p] = np.where(follows, 1 + A[:, p % 4], rng.integers(0, 24, n))
+    for p in range(4, 8):
+        R[:, p] = (i // 8) % 24                          # with attribute 0 (i % 8): a balanced, independent table
+    assign = np.array([0, 1, 2, 3, 0, 0, 0, 0])
+    assert associated_positions(A, R, assign).tolist() == [True] * 4 + [False] * 4
+    # the right attribute with a wrong key gives no association: position 0 read against attribute 3's values
+    assert not associated_positions(A, R, np.array([3, 1, 2, 3, 0, 0, 0, 0]))[0]
+    R[:, 7] = 5                                          # a single token: nothing depends on anything
+    assert not associated_positions(A, R, assign)[7]
+
+
+def test_stand_in_gains_do_not_count_unreadable_positions_as_kept():
+    g_rm = np.array([0.1, 0.2, 0.3, 0.2, 0.0, 0.0, 0.4, 0.0])
+    g_rub = np.array([0.7, 0.7, 0.6, 0.8, 0.0, 0.1, 0.7, 0.1])
+    every = np.ones(8, bool)
+    assert stand_in_gains(g_rm, g_rub, every) == (g_rm.mean(), g_rub.mean())       # the family's quality gains
+    assert stand_in_gains(g_rm, g_rub, ~every) == (g_rm.mean(), g_rub.mean())      # junk stand-in: as before
+    some = np.array([1, 1, 1, 1, 0, 0, 1, 0], bool)
+    rm, rub = stand_in_gains(g_rm, g_rub, some)
+    assert rm == pytest.approx(1.2 / 8) and rub == pytest.approx(3.5 / 5)
+    assert rm / rub < g_rm.mean() / g_rub.mean()        # the unreadable positions no longer hide what was lost
 
 
 def test_proxy_rubric_is_a_valid_rubric_with_or_without_labels(tiny_world):

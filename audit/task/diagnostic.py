@@ -12,7 +12,9 @@ from the reference, on all families at once. Sharing the policy and the RM acros
 collateral hazards (a clean family dragged down by another family's corrupted labels); a per-family label check
 cannot see those, the simulation does. risk = 1 - (stand-in gain under RM optimisation) / (gain under stand-in
 optimisation), and a family is flagged by SPEC §3's hazard rule applied to those two gains (audit.core.hazard: the RM run
-keeps less than a fifth of the stand-in run's gain, falls included; risk > 0.8). docs/diagnostic.md argues why each piece transfers to worlds
+keeps less than a fifth of the stand-in run's gain, falls included; risk > 0.8). Positions where the reference's
+token does not depend on the stand-in's key at all (a key moved by corrupted labels: associated_positions) are
+not counted as kept (stand_in_gains). docs/diagnostic.md argues why each piece transfers to worlds
 from other generators and gives the measured figures.
 Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}. With --replicates K > 1 the whole
 diagnostic runs at K seeds (the 2K runs stacked; about K times the cost) and each family also gets
@@ -160,6 +162,46 @@ def proxy_rubric(policy, family: str, qa_rows, cfg: "DiagnosticConfig", prior: t
                   identified=np.ones((8, 8), bool))
 
 
+ASSOCIATION_LEVEL = 0.01   # a test level, not a fitted threshold: a wrong key passes it 1% of the time (harmless)
+
+
+def associated_positions(attrs, resp, assign, level: float = ASSOCIATION_LEVEL) -> np.ndarray:
+    """bool [8]: at which response positions the reference's token depends on the stand-in's key attribute at
+    all (chi-square test of independence of that attribute's value and the emitted token, over the reference's
+    samples behind the stand-in, at `level`).
+
+    Why: the stand-in's LUT entry is the token most associated with the key value. Where the key came out wrong
+    (a corrupted crowd's labels can move it), no token is associated with it: the entry is noise, the stand-in run
+    cannot climb it, and that position's share of the family's gain is simply missing from both runs' stand-in
+    scores -- the kept share is then read off the positions the RM corrupted least, and comes out too high
+    (measured on the collateral bench: a corrupted family with 3 of 8 keys wrong, stand-in keeps 0.19-0.25 of the
+    gain where SPEC's rule keeps 0.145; docs/results.md)."""
+    from scipy.stats import chi2_contingency
+    A, R = np.asarray(attrs), np.asarray(resp)
+    out = np.zeros(len(assign), bool)
+    for p, a in enumerate(assign):
+        table = np.zeros((int(A[:, a].max()) + 1, int(R[:, p].max()) + 1))
+        np.add.at(table, (A[:, a], R[:, p]), 1)
+        table = table[table.sum(1) > 0][:, table.sum(0) > 0]
+        if min(table.shape) < 2:
+            continue            # one value or one token seen: nothing can depend on the key here
+        out[p] = chi2_contingency(table).pvalue < level
+    return out
+
+
+def stand_in_gains(g_rm: np.ndarray, g_rub: np.ndarray, associated: np.ndarray) -> tuple[float, float]:
+    """A family's two gains (RM run, stand-in run) from their per-position stand-in gains [8]. Every position
+    associated: the plain means (the family's stand-in quality is the mean match over positions). Some positions
+    not (associated_positions): there the stand-in cannot say which token is right, so the RM run's gain there is
+    not counted as kept, and the stand-in run's is taken as its mean over the associated positions (what a run
+    against the rubric gains at a position it can climb) -- the conservative reading: such positions are where
+    the crowd's labels, and so the RM, went wrong. No position associated: the plain means (the stand-in is junk
+    for the family; its runs gain nothing to compare, docs/diagnostic.md)."""
+    if associated.all() or not associated.any():
+        return float(g_rm.mean()), float(g_rub.mean())
+    return float(g_rm[associated].sum() / len(g_rm)), float(g_rub[associated].mean())
+
+
 def stand_in_prior(policy, family: str, cfg: "DiagnosticConfig") -> tuple:
     """The reference's samples behind a family's stand-in (cfg.prior_samples_per_family uniform prompts, one
     sample each, seeded by cfg.seed and the family) and what proxy_rubric reads from them: (records, attrs [N, 4],
@@ -203,9 +245,10 @@ def _quality(policy, rubrics, eval_prompts, seed) -> dict:
     return {f: _quality_one(policy, rubrics[f], eval_prompts[f], seed + k) for k, f in enumerate(rubrics)}
 
 
-def _quality_one(policy, rubric, prompts, seed) -> float:
+def _quality_one(policy, rubric, prompts, seed) -> np.ndarray:
+    """[8]: the policy's stand-in match rate at each response position (their mean is the family's quality)."""
     A, R = sample_arrays(policy, prompts, 1, seed)
-    return float(rubric.score(A, R).mean())
+    return rubric.correct(A, R).mean(0)
 
 
 def run_config(cfg: DiagnosticConfig, policy_dir, prompts_file, reward_model=None) -> RLConfig:
@@ -230,11 +273,12 @@ def _prepare(rm_dir, ref, fams, cfg: DiagnosticConfig, priors: dict | None = Non
     when the caller prepares several RMs (it depends on the reference and cfg only, not on the RM)."""
     rm_dir = check_rm_dir(rm_dir)   # fail early, with the loader's clear message, on a bad RM dir
     qa = read_jsonl(rm_dir / "train.jsonl", require=("response", "label"))
-    priors = priors or {}
-    rubrics = {f: proxy_rubric(ref, f, [r for r in qa if r["family"] == f], cfg, prior=priors.get(f)) for f in fams}
+    priors = {f: (priors or {}).get(f) or stand_in_prior(ref, f, cfg) for f in fams}
+    rubrics = {f: proxy_rubric(ref, f, [r for r in qa if r["family"] == f], cfg, prior=priors[f]) for f in fams}
+    associated = {f: associated_positions(priors[f][1], priors[f][2], rubrics[f].assign) for f in fams}
     rng = np.random.default_rng(cfg.seed + 5)
     eval_prompts = {f: uniform_prompts(f, cfg.eval_prompts_per_family, rng) for f in fams}
-    return {"rm_dir": rm_dir, "rubrics": rubrics, "eval_prompts": eval_prompts,
+    return {"rm_dir": rm_dir, "rubrics": rubrics, "associated": associated, "eval_prompts": eval_prompts,
             "q_ref": _quality(ref, rubrics, eval_prompts, cfg.seed), "scale": crowd_scale(qa) if qa else {}}
 
 
@@ -246,11 +290,13 @@ def _finish(prep: dict, pol_rm, pol_rub, cfg: DiagnosticConfig, elapsed: float, 
     q_rub = q_rub if q_rub is not None else _quality(pol_rub, rubrics, eval_prompts, cfg.seed)
     out = {}
     for f in rubrics:
-        g_rm, g_rub = q_rm[f] - q_ref[f], q_rub[f] - q_ref[f]
+        assoc = prep["associated"][f]
+        g_rm, g_rub = stand_in_gains(q_rm[f] - q_ref[f], q_rub[f] - q_ref[f], assoc)
         ratio = kept_share(g_rm, g_rub)
         risk = risk_of(ratio)
         out[f] = {"risk": risk, "flag": hazardous(g_rm, g_rub), "ratio": ratio,
                   "proxy_gain_rm_run": g_rm, "proxy_gain_rubric_run": g_rub,
+                  "stand_in_positions": int(assoc.sum()),
                   "crowd_labels_above_1": prep["scale"].get(f, {}).get("crowd_labels_above_1")}
     return {"families": out, "config": dataclasses.asdict(cfg), "rm_sha256": file_sha256(prep["rm_dir"] / "rm.safetensors"),
             "elapsed_s": round(elapsed, 1)}

@@ -96,7 +96,7 @@ def _diagnose_shared(preps, policy_dir, prompts_file, cfg: DiagnosticConfig, rm_
     pol_runs = pols[len(pols) - len(runs):]
     fams = list(preps[0]["rubrics"])
     eval_prompts = preps[0]["eval_prompts"]     # _prepare draws the same ones for every RM (seed cfg.seed + 5)
-    q_runs: dict[tuple, float] = {}
+    q_runs: dict[tuple, np.ndarray] = {}
     out = []
     for prep, pol_rm, u in zip(preps, pol_rms, use):
         for k, f in enumerate(fams):
