@@ -88,7 +88,8 @@ def test_stand_in_gains_do_not_count_unreadable_positions_as_kept():
     g_rub = np.array([0.7, 0.7, 0.6, 0.8, 0.0, 0.1, 0.7, 0.1])
     every = np.ones(8, bool)
     assert stand_in_gains(g_rm, g_rub, every) == (g_rm.mean(), g_rub.mean())       # the family's quality gains
-    assert stand_in_gains(g_rm, g_rub, ~every) == (g_rm.mean(), g_rub.mean())      # junk stand-in: as before
+    nothing = stand_in_gains(g_rm, g_rub, ~every)                                    # every key moved:
+    assert nothing == (0.0, g_rub.mean()) and hazardous(*nothing)                      # nothing kept, flagged
     some = np.array([1, 1, 1, 1, 0, 0, 1, 0], bool)
     rm, rub = stand_in_gains(g_rm, g_rub, some)
     assert rm == pytest.approx(1.2 / 8) and rub == pytest.approx(3.5 / 5)

@@ -138,8 +138,8 @@ def label_keys(qa_rows, prior_logp) -> np.ndarray | None:
     allows it to predict the reference's tokens *better* than the key does) the most informative attribute is
     the distractor's; nothing label-free tells the two apart. Labels do, on a family whose crowd followed a
     rubric with the true keys. Where they cannot (a wrong rubric whose replaced entries do not depend on the key
-    value), the keys come out arbitrary, the stand-in below is junk for that family, and the simulation finds
-    no gain to keep there: such a family is flagged, as its corruption warrants."""
+    value), the keys come out arbitrary, the stand-in below is junk at those positions, and stand_in_gains counts
+    nothing kept there: such a family is flagged, as its corruption warrants."""
     if not qa_rows or len(qa_rows) < 8:
         return None
     A, R, y = arrays_from_records(qa_rows)
@@ -195,10 +195,14 @@ def stand_in_gains(g_rm: np.ndarray, g_rub: np.ndarray, associated: np.ndarray) 
     not (associated_positions): there the stand-in cannot say which token is right, so the RM run's gain there is
     not counted as kept, and the stand-in run's is taken as its mean over the associated positions (what a run
     against the rubric gains at a position it can climb) -- the conservative reading: such positions are where
-    the crowd's labels, and so the RM, went wrong. No position associated: the plain means (the stand-in is junk
-    for the family; its runs gain nothing to compare, docs/diagnostic.md)."""
-    if associated.all() or not associated.any():
+    the crowd's labels, and so the RM, went wrong. No position associated: nothing is counted as kept (0, and the
+    stand-in run's plain mean): the crowd's labels moved every key, and the family is flagged. (Read as plain
+    means instead, such a junk stand-in's two near-zero gains can make any ratio: on a uniform-regime bench one
+    corrupted family with two readable positions came out at risk 0.)"""
+    if associated.all():
         return float(g_rm.mean()), float(g_rub.mean())
+    if not associated.any():
+        return 0.0, float(g_rub.mean())
     return float(g_rm[associated].sum() / len(g_rm)), float(g_rub[associated].mean())
 
 
