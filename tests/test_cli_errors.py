@@ -105,6 +105,22 @@ def test_internal_failures_keep_their_traceback():
     assert run_cli(lambda argv: None, "prog", []) == 0 and run_cli(lambda argv: 3, "prog", []) == 3
 
 
+def test_a_reader_that_goes_away_gets_no_traceback():
+    # `python -m audit.compare A B | head`: the reader closes the pipe; the command stops quietly with 141
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import sys\nfrom rlhf.errors import run_cli\n"
+            "def main(argv):\n    for i in range(200000):\n        print('line', i)\n"
+            "sys.exit(run_cli(main, 'prog', []))")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert p.stdout.readline() == b"line 0\n"
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait() == 141 and err == b"", err.decode()[-2000:]
+
+
 def test_every_loader_error_is_bad_input():
     from audit.samples.table import TableError
     from audit.task.task_dir import TaskError
