@@ -46,6 +46,7 @@ from rlhf.train_rl import RLConfig, RLTrainer
 from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX, crowd_scale
+from .corruption import policy_favourites
 from audit.core.hazard import hazard_labels, hazard_margin, hazardous, kept_share, risk_interval, risk_of
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
@@ -177,11 +178,9 @@ def associated_positions(attrs, resp, assign, level: float = ASSOCIATION_LEVEL) 
     (measured on the collateral bench: a corrupted family with 3 of 8 keys wrong, stand-in keeps 0.19-0.25 of the
     gain where SPEC's rule keeps 0.145; docs/results.md)."""
     from scipy.stats import chi2_contingency
-    A, R = np.asarray(attrs), np.asarray(resp)
+    counts = policy_favourites(np.asarray(attrs), np.asarray(resp), assign)    # [8 positions, 8 values, 24 tokens]
     out = np.zeros(len(assign), bool)
-    for p, a in enumerate(assign):
-        table = np.zeros((int(A[:, a].max()) + 1, int(R[:, p].max()) + 1))
-        np.add.at(table, (A[:, a], R[:, p]), 1)
+    for p, table in enumerate(counts):
         table = table[table.sum(1) > 0][:, table.sum(0) > 0]
         if min(table.shape) < 2:
             continue            # one value or one token seen: nothing can depend on the key here

@@ -17,6 +17,7 @@ Exports are cached under --cache (default /tmp/samples_export) by their settings
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ def audit_world(exp_dir: Path, gold: int, seed: int) -> dict:
     # (the door writes no interval for it), not covered or missed
     door = DesignConfig(min_gold=min(10, gold))
     t = load(exp_dir / "samples.jsonl", exp_dir / "gold.jsonl", reference=truth["reference"],
-             design=DesignConfig(min_gold=door.min_gold, alpha=1e-300))
+             design=dataclasses.replace(door, alpha=1e-300))
     level = door.level(len(t.runs) * len(t.families))     # the door's own level for this table
     refused = sorted(f"{r}/{f} (KS p {d['p_value']:.2g} < {level:.2g})" for (r, f), d in t.design.items()
                      if d["p_value"] is not None and d["p_value"] < level)
