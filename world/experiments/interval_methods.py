@@ -16,7 +16,7 @@ world.experiments.interval_coverage.labels/proxy), the median width over `--reps
 
 and, for binary labels, `forced_median_width`: a lower bound on the median width of ANY interval that covers 95% for
 every distribution, proved below. Widths are reported, not coverage: the interval_coverage harness measures the
-door's; betting and Bernstein are valid by proof. About 1-3 minutes for the main points on one core.
+door's; betting and Bernstein are valid by proof. About 10 s (main, 32 points) or 50 s (wide, 216) on 2 cores.
 """
 from __future__ import annotations
 
