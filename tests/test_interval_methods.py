@@ -48,8 +48,8 @@ def test_forced_width_is_below_exact_binomial_and_shrinks_with_n():
 
 
 def test_miss_bound_edges():
-    assert im._miss_bound(0.6, 0.5, 50, 0.05) == 1.0          # cannot move more than the pool
-    assert im._miss_bound(1e-6, 0.5, 50, 0.05) == pytest.approx(0.05, abs=1e-3)
+    assert im._miss_bound(0.6, 0.5, 50, 0.05)[0] == 1.0          # cannot move more than the pool
+    assert im._miss_bound(1e-6, 0.5, 50, 0.05)[0] == pytest.approx(0.05, abs=1e-3)
 
 
 def test_measure_reports_every_method():

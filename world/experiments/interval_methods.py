@@ -30,7 +30,7 @@ from audit.core import bounded
 from rlhf.atomic import atomic_write_text
 from rlhf.cli import Parser, positive_int, seed_arg
 from rlhf.errors import InputError, run_cli
-from world.experiments.interval_coverage import CONFIDENCE, labels, proxy, today_cell, today_interval
+from world.experiments.interval_coverage import CONFIDENCE, KINDS, labels, proxy, today_cell, today_interval
 
 ALPHA = 1 - CONFIDENCE
 MEAN_GRID = np.linspace(0.0, 1.0, 801)      # candidate means for inverting the betting test (step 1/800)
@@ -95,16 +95,20 @@ def bernstein_interval(x, lo: float = 0.0, hi: float = 1.0, alpha: float = ALPHA
 
 
 # ------------------------------------------------------------------------------------ what validity forces
-def _miss_bound(p: float, q: float, n: int, alpha: float) -> float:
-    """An upper bound on P(U < theta + p) for a valid upper bound U, binary labels: move a random share p of the
-    population, drawn from the pool of rows labelled 0 (share q), to label 1. Proxies are untouched, so on the event
-    that no gold row lies in the moved share the data are distributed alike before and after; that event has
-    probability (1 - p/q)^K given the K gold rows in the pool, and validity after the move gives
-    E[1{U < theta + p} (1 - p/q)^K] <= alpha. Hence P(U < theta + p) <= alpha / (1 - p/q)^k + P(K > k) for every k."""
-    if p >= q:
-        return 1.0
+def _miss_bound(p, q: float, n: int, alpha: float) -> np.ndarray:
+    """An upper bound on P(U < theta + p) for a valid upper bound U (at every share p of an array), binary labels:
+    move a random share p of the population, drawn from the pool of rows labelled 0 (share q), to label 1. Proxies
+    are untouched, so on the event that no gold row lies in the moved share the data are distributed alike before
+    and after; that event has probability (1 - p/q)^K given the K gold rows in the pool, and validity after the move
+    gives E[1{U < theta + p} (1 - p/q)^K] <= alpha. Hence P(U < theta + p) <= alpha / (1 - p/q)^k + P(K > k) for
+    every k (1 where p >= q: the pool cannot give that share)."""
+    p = np.atleast_1d(np.asarray(p, float))
     k = np.arange(n + 1)
-    return float(min(1.0, np.min(alpha / (1 - p / q) ** k + stats.binom(n, q).sf(k))))
+    tail = stats.binom(n, q).sf(k)                      # P(K > k): one computation for every p
+    keep = np.clip(1 - p / q, 0.0, None)[:, None] ** k
+    with np.errstate(divide="ignore"):
+        bound = np.where(keep > 0, alpha / keep, np.inf) + tail
+    return np.where(p < q, np.minimum(1.0, bound.min(1)), 1.0)
 
 
 def forced_median_width(mean: float, n: int, alpha: float = ALPHA, steps: int = 200) -> float:
@@ -112,8 +116,7 @@ def forced_median_width(mean: float, n: int, alpha: float = ALPHA, steps: int = 
     any proxy), at binary labels with this mean and n gold rows: P(U - L >= a + b) >= 1 - miss_up(a) - miss_lo(b),
     so the median width is at least the largest a + b with miss_up(a) + miss_lo(b) <= 1/2."""
     grid = np.linspace(0.05 / n, 6.0 / n, steps)
-    up = np.array([_miss_bound(p, 1 - mean, n, alpha) for p in grid])
-    down = np.array([_miss_bound(p, mean, n, alpha) for p in grid])
+    up, down = _miss_bound(grid, 1 - mean, n, alpha), _miss_bound(grid, mean, n, alpha)
     ok = up[:, None] + down[None, :] <= 0.5
     return float(np.where(ok, grid[:, None] + grid[None, :], 0.0).max())
 
@@ -128,8 +131,7 @@ POINTS = {
 
 
 def measure(kind: str, mean: float, n: int, big_n: int, rho: float, reps: int, seed: int, draws: int) -> dict:
-    rng = np.random.default_rng([seed, n, big_n, int(round(mean * 1000)), int(round(rho * 100)),
-                                 ("binary", "three", "continuous").index(kind)])
+    rng = np.random.default_rng([seed, n, big_n, int(round(mean * 1000)), int(round(rho * 100)), KINDS.index(kind)])
     y_all = labels(kind, mean, (reps, n + big_n), rng)
     f_all = proxy(y_all, kind, mean, rho, rng)
     y, f, f_u = y_all[:, :n].astype(float), f_all[:, :n].astype(float), f_all[:, n:].astype(float)
@@ -139,8 +141,8 @@ def measure(kind: str, mean: float, n: int, big_n: int, rho: float, reps: int, s
     out = {"kind": kind, "mean": mean, "n": n, "N": big_n, "rho": rho, "reps": reps,
            "today": width(today_interval([(1.0, (te, ts))])), "door": width(door.interval(CONFIDENCE)["ci95"]),
            "door_lam": float(np.median(door.lam))}
-    a, b = bounded.prediction_line(y, f)
-    h, h_u = (np.clip(a[:, None] + b[:, None] * v, 0, 1) for v in (f, f_u))
+    a, b = door.intercept[:, None], door.slope[:, None]            # the door's own prediction line
+    h, h_u = (np.clip(a + b * v, 0, 1) for v in (f, f_u))
     out["betting"] = min(width(betting_interval(y)), width(betting_ppi(y, h, h_u, door.lam)))
     out["bernstein"] = width(bernstein_interval(y))
     for q in CLIPS:
