@@ -160,7 +160,7 @@ def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
             lock.undo()
             return refuse(problems, out)
     try:
-        table, reference = load_table(cfg, reduced=False)
+        table, reference = load_table(cfg, reduced=False, records=False)
     except ValueError as e:
         problems += getattr(e, "problems", [str(e)])
     if not cfg.get("ray"):

@@ -15,6 +15,11 @@ and line, gold rows that are not of that draw or a samples file that is not the 
 With --from-answer PREVIOUS/answer.json it prints the previous audit's gold budget per family (the labels for
 every run's interval to be half as wide) and, when --per-cell is not given, draws that many per cell.
 
+Rounds (audit.samples.rounds; docs/samples.md, "Labelling in rounds"): --rounds declares at the first draw that the
+labels will come in rounds (at most --max-per-cell a cell, default 200) and the audit then uses confidence
+sequences; --next --from-answer OUT/answer.json draws the next round where that audit says a label can still change
+a decision, continuing each cell's order, its record chained to the previous round's.
+
 Exit status: 0 written; 2 bad input or usage (one line per problem, nothing written); 1 internal failure."""
 from __future__ import annotations
 
@@ -151,6 +156,17 @@ def parser() -> Parser:
     ap.add_argument("--column", action="append", default=[], metavar="NAME=COLUMN",
                     help="read column NAME of the schema from COLUMN (repeatable), as the audit does; sample_id "
                          "and gold are written under their mapped names")
+    r = ap.add_argument_group("rounds (label until decided: docs/samples.md)")
+    r.add_argument("--rounds", action="store_true",
+                   help="declare at this first draw that labels come in rounds: the audit then uses confidence "
+                        "sequences, valid at every round, and draw-gold --next draws the next round")
+    r.add_argument("--max-per-cell", type=positive_int, default=None, metavar="CAP",
+                   help="with --rounds: at most CAP labels a cell over all rounds (default 200); a cell's rows beyond "
+                        "the cap are its pool, which lets the proxy in")
+    r.add_argument("--next", action="store_true",
+                   help="draw the next round of a rounds design where the audit --from-answer says a label can "
+                        "still change a decision (--per-cell N: N more in each such cell instead of the audit's "
+                        "sizing)")
     return ap
 
 
@@ -167,6 +183,9 @@ def main(argv) -> int:
     if there:
         problems.append(f"--out {out}: {' and '.join(there)} exist{'s' * (len(there) == 1)} (labels filled in there "
                         "would be lost): remove or choose another name")
+    if a.next or a.rounds or a.max_per_cell is not None:
+        from .rounds import draw_round
+        return draw_round(a, out, fmt, mapping, problems)
     per_cell, advice, sm = a.per_cell, [], None
     if a.from_answer is not None:
         try:
@@ -223,12 +242,20 @@ def check_record(settings: dict, table=None) -> list[str]:
     """Problems with the gold file against the record of its draw (none when there is no record): the samples
     file must be the one drawn from, the record must be that draw, and every gold row one of its rows. `table` is
     the audit's loaded table (None when it did not load: its reader names its problems)."""
+    from . import rounds
     gold, given = Path(settings["gold"]), settings.get("draw_record")
-    path = Path(given) if given else record_path(gold)
-    if not path.is_file():
+    path = rounds.latest_record(settings)        # --draw-record, GOLD's sibling, or the last round in a GOLD dir
+    if path is None or not path.is_file():
         return [f"--draw-record {path}: file not found"] if given else []
     try:
         rec = json.loads(path.read_text())
+        if rounds.is_rounds(rec):
+            if settings.get("ray"):
+                return [f"--ray: {path} records a rounds design, which is audited without --ray (its intervals "
+                        "follow each cell's draw order, read on this machine)"]
+            problems: list[str] = []
+            rounds.verify(settings, table, path, problems)
+            return problems
         ids, want = set(rec["sample_ids"]), rec["samples_sha256"]
         seed, per_cell = int(rec["seed"]), int(rec["per_cell"])
     except (OSError, ValueError, KeyError, TypeError) as e:

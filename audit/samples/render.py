@@ -114,6 +114,8 @@ def build_answer(doc: dict) -> dict:
         "design": {"cells_tested": len(design),
                    "not_random": [c["param"] for c in design if c["status"] != "pass"]},
         "intervals": next((c["details"].get("intervals") for c in run_claims if c["details"].get("intervals")), None),
+        **({"rounds": rounds} if (rounds := next((c["details"].get("rounds") for c in run_claims
+                                                  if c["details"].get("rounds")), None)) else {}),
         "release_rule": {"text": rule.get("text"), "min_balanced_gain": rule.get("min_balanced_gain"),
                          "balanced_ci_lower_gt": rule.get("balanced_ci_lower_gt"),
                          "family_ci_lower_gt": rule.get("family_ci_lower_gt"), "confidence": rule.get("confidence")},

@@ -17,11 +17,12 @@ def design_config(settings: dict) -> DesignConfig:
     return DesignConfig(**d)
 
 
-def load_table(settings: dict, saved=None, reduced: bool = True):
+def load_table(settings: dict, saved=None, reduced: bool = True, records: bool = True):
     """(table, reference run); raises audit.samples.table.TableError listing every problem. `saved`: the file the
     CLI saved its validated table to (audit.samples.table.save), read instead of the inputs. `reduced`: the table
     the claims read (audit.samples.cells.reduce), else the whole table. With settings["ray"] the table is read and
-    reduced on that Ray cluster (audit.samples.ray_cells; always reduced)."""
+    reduced on that Ray cluster (audit.samples.ray_cells; always reduced). `records`: check the gold rows' draw
+    record (audit.samples.draw.check_record), which for a rounds design sets the rows' draw positions."""
     if saved:
         t = read_saved(saved)
         return t, t.reference
@@ -31,6 +32,12 @@ def load_table(settings: dict, saved=None, reduced: bool = True):
         return t, t.reference
     t = load(settings["samples"], settings["gold"], mapping=settings.get("mapping"),
              reference=settings.get("reference"), design=design_config(settings))
+    if records:          # the draw record (audit.samples.certify checks it itself): a rounds design's sets positions
+        from .draw import check_record
+        from .rows import TableError
+        problems = check_record(settings, t)
+        if problems:
+            raise TableError(problems)
     return (reduce_table(t, settings) if reduced else t), t.reference
 
 

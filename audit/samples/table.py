@@ -65,6 +65,10 @@ class Table:
     summaries: dict = field(default_factory=dict)
     n_rows: int | None = None
     kept_for_seed: int | None = None   # the seed whose stress subsample the kept rows hold
+    # a rounds design (audit.samples.rounds): every row's position in its cell's seeded draw order (1-based), and
+    # the design the draw record declared (seed, cap, labels a cell, round)
+    position: np.ndarray | None = None
+    rounds: dict | None = None
 
     def __post_init__(self):
         if self.n_rows is None:
@@ -109,7 +113,8 @@ class Table:
         return Table(self.samples_path, self.gold_path, self.sample_id.take(rows), self.run_code[rows],
                      self.family_code[rows], self.prompt_code[rows], self.completion.subset(rows), self.proxy[rows],
                      self.gold[rows], None if self.step is None else self.step[rows], list(self.runs),
-                     list(self.families), list(self.prompts), self.design, self.reference)
+                     list(self.families), list(self.prompts), self.design, self.reference,
+                     position=None if self.position is None else self.position[rows], rounds=self.rounds)
 
 
 def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str | None = None,
@@ -275,12 +280,14 @@ def save(t: Table, path: Path) -> None:
             "prompt_code": t.prompt_code, "proxy": t.proxy, "gold": t.gold}
     if t.step is not None:
         cols["step"] = t.step
+    if t.position is not None:
+        cols["position"] = t.position
     if t.completion.array is not None:
         cols["completion"] = t.completion.array
     meta = {"samples_path": t.samples_path, "gold_path": t.gold_path, "runs": t.runs, "families": t.families,
             "reference": t.reference, "design": [[r, f, d] for (r, f), d in t.design.items()],
             "summaries": [[r, f, d] for (r, f), d in t.summaries.items()], "n_rows": t.n_rows,
-            "kept_for_seed": t.kept_for_seed,
+            "kept_for_seed": t.kept_for_seed, "rounds": _jsonable_rounds(t.rounds),
             "texts": None if t.completion.array is not None else
             {"files": [str(f) for f in t.completion.files], "column": t.completion.column}}
     tab = pa.table(cols).replace_schema_metadata({"audit.samples": json.dumps(meta)})
@@ -308,5 +315,19 @@ def read_saved(path: Path) -> Table:
               num("step") if "step" in tab.column_names else None, meta["runs"], meta["families"],
               prompts["prompt_id"].to_pylist(), {(r, f): d for r, f, d in meta["design"]}, meta["reference"],
               summaries={(r, f): d for r, f, d in meta["summaries"]}, n_rows=meta["n_rows"],
-              kept_for_seed=meta["kept_for_seed"])
+              kept_for_seed=meta["kept_for_seed"], position=num("position") if "position" in tab.column_names else None,
+              rounds=_rounds_from_json(meta.get("rounds")))
     return t
+
+
+def _jsonable_rounds(rounds: dict | None):
+    """A rounds design for the hand-over file: the per-cell counts keyed by [run, family] pairs."""
+    if rounds is None:
+        return None
+    return {**rounds, "counts": [[r, f, n] for (r, f), n in rounds["counts"].items()]}
+
+
+def _rounds_from_json(rounds):
+    if rounds is None:
+        return None
+    return {**rounds, "counts": {(r, f): int(n) for r, f, n in rounds["counts"]}}

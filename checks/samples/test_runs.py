@@ -45,7 +45,9 @@ def test_run_passes_release_rule(samples_audit, evidence, candidate_run):
                         "The intervals are finite-sample intervals for a bounded label from the gold subset and the "
                         "proxy (prediction-powered); they cover prompt sampling and gold-label noise.")},
                     details={**_entry(v), "reference_run": a.reference, "reference": _entry(a.runs[a.reference]),
-                             "intervals": a.intervals()},
+                             "intervals": a.intervals(),
+                             # a rounds design: what is settled, what the next round buys (audit.samples.rounds)
+                             **({"rounds": a.rounds()} if hasattr(a, "rounds") else {})},
                     inputs=inputs(a))
     if not v["passes"]:
         pytest.fail("; ".join(v["reasons"]), pytrace=False)
