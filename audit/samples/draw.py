@@ -23,9 +23,6 @@ a decision, continuing each cell's order, its record chained to the previous rou
 Exit status: 0 written; 2 bad input or usage (one line per problem, nothing written); 1 internal failure."""
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
 import json
 import math
 import sys
@@ -39,23 +36,11 @@ from rlhf.errors import EXIT_OK
 
 from audit.core import claims_runner
 from .columns import FORMATS, Unusual, table_sha256
+from .draw_order import RECORD_KIND, cell_seed, record_path, rows_text as _rows_text
 from .rows import TableError, column_mapping, read_rows, read_samples, text_id, unknown_columns
 from .table import load_samples
 
 COLUMNS = ("sample_id", "run", "family", "prompt_id", "prompt", "completion", "gold")
-RECORD_KIND = "audit.samples draw-gold"
-
-
-def record_path(gold_path) -> Path:
-    """Where draw-gold puts the record of a draw written to `gold_path`: TO_LABEL.draw.json beside TO_LABEL.csv."""
-    p = Path(gold_path)
-    return p.with_name(p.stem + ".draw.json")
-
-
-def cell_seed(seed: int, run: str, family: str) -> list[int]:
-    """The seed of one cell's order: --seed and a hash of the cell's name (stable across Python processes)."""
-    h = hashlib.sha256(f"{run}\x00{family}".encode()).digest()
-    return [seed, int.from_bytes(h[:8], "big")]
 
 
 def draw(sm: dict, per_cell: int, seed: int) -> list[int]:
@@ -127,16 +112,6 @@ def budget_advice(answer_path: Path) -> tuple[int | None, list[str]]:
     lines.append(f"  advice: --per-cell {per_cell} (the largest family's labels to halve every run's interval, "
                  f"over {len(runs)} runs); with the same --seed a larger draw keeps every row of a smaller one")
     return per_cell, lines
-
-
-def _rows_text(rows: list[dict], fmt: str) -> str:
-    if fmt == "jsonl":
-        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    w.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in rows)
-    return buf.getvalue()
 
 
 def parser() -> Parser:

@@ -69,13 +69,6 @@ def combine(terms, confidence: float) -> dict:
 
 
 class SamplesAudit:
-    def __new__(cls, table: Table, *args, **kwargs):
-        # a rounds design (the draw record declared it) is audited with confidence sequences: audit.samples.rounds
-        if cls is SamplesAudit and getattr(table, "rounds", None):
-            from .rounds import RoundsAudit
-            return super().__new__(RoundsAudit)
-        return super().__new__(cls)
-
     def __init__(self, table: Table, reference: str, cfg: SamplesConfig | None = None, cell_cache: dict | None = None):
         self.t, self.reference, self.cfg = table, reference, cfg or SamplesConfig()
         self.gold_range = gold_range(table.gold, self.cfg.design.gold_range)

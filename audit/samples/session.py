@@ -58,8 +58,10 @@ def samples_config(settings: dict) -> SamplesConfig:
 
 
 def open_audit(settings: dict, saved=None) -> SamplesAudit:
+    """The audit of the settings' table: a rounds design's (audit.samples.rounds_audit) when its record says so."""
+    from .rounds_audit import audit_for
     table, reference = load_table(settings, saved)
-    return SamplesAudit(table, reference, samples_config(settings))
+    return audit_for(table, reference, samples_config(settings))
 
 
 def input_hashes(settings: dict) -> dict:

@@ -132,8 +132,8 @@ def stress(audit, examples: int, n_resamples: int = 400) -> dict:
     """Draw `examples` corruptions (seeded by the audit's seed), re-run the claims, and return the rates."""
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    from .estimates import SamplesAudit
     cfg = dataclasses.replace(audit.cfg, n_resamples=n_resamples)
+    SamplesAudit = type(audit)          # the design's own audit (a rounds design's: audit.samples.rounds_audit)
     table, rows = stress_table(audit.t, audit.cfg.seed)
     # cells of families a corruption leaves alone are the audit's own (or the subsample's), not redrawn
     cache = audit._shared if table is audit.t else {}

@@ -10,5 +10,7 @@ tools, not the audit's). Run each as python -m world.experiments.NAME; what each
   diagnosis_bench    how often the gold-free diagnostic is right over the world zoo (docs/diagnostic.md, results.md)
   samples_coverage   are the samples door's estimates and release decisions right, against the oracle (docs/samples.md)
   interval_coverage  do the samples door's 95% intervals cover at the stated rate where decisions are made (docs/intervals.md)
+  interval_methods   the finite-sample methods weighed against the door's interval, and what validity forces (docs/intervals.md)
+  rounds_coverage    the rounds design (label until decided): coverage at every look, labels against the fixed design (docs/intervals.md)
   task_coverage      do the task door's quality intervals cover at a reduced gold budget (OUT/task_coverage.json)
 """
