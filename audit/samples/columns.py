@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+# what --samples and --gold take, in the commands' --help
+FORMATS_HELP = ("JSONL (.jsonl/.ndjson), CSV (.csv) or Parquet (.parquet/.pq), or a directory of part files of "
+                "one format (Spark, Ray or a logger's shards)")
 
 
 class Unusual(Exception):

@@ -43,7 +43,7 @@ def samples_audit_of(config):
 def pytest_sessionstart(session):
     """The evidence's meta: the two input files' hashes and the settings (after the plugin's own meta)."""
     from audit.samples.session import input_hashes
-    from checks.evidence_plugin import recorder_of
+    from audit.checks.evidence_plugin import recorder_of
     config = session.config
     s = _settings(config)
     rec = recorder_of(config)
@@ -74,8 +74,3 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def samples_audit(pytestconfig):
     return samples_audit_of(pytestconfig)
-
-
-def inputs(audit) -> list:
-    from pathlib import Path
-    return [Path(audit.t.samples_path).name, Path(audit.t.gold_path).name]

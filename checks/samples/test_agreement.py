@@ -3,7 +3,7 @@ and is it on the same scale as on the other families?"""
 import numpy as np
 import pytest
 
-from checks.samples.conftest import inputs
+from audit.samples.session import inputs
 
 MAX_POINTS = 300       # proxy-vs-gold points kept per family for the scatter figure
 
