@@ -189,7 +189,7 @@ def test_end_to_end_on_a_world_export(tiny_world, tmp_path):
             for v in [p["estimate"], *p["ci95"], *p["ci95_gold_only"]]:
                 assert round(v, 4) == v
     assert set(ans["reward_model"]) == set(ans["gold_budget"]) and ans["corruption_stress"]["examples"] == 3
-    assert (out / "summary.md").read_text().startswith("# Certification from logged samples")
+    assert (out / "summary.md").read_text().startswith("# Release decision (from logged samples)")
     assert (out / "figures" / "estimates.png").exists() and (out / "figures" / "proxy_vs_gold.png").exists()
     ev = json.loads((out / "evidence.json").read_text())
     assert set(ev["meta"]["input_hashes"]) == {"samples.parquet", "gold.parquet"}

@@ -50,7 +50,7 @@ def _run_entry(d: dict, status: str | None, message: str) -> dict:
 
 def _certification(claim: dict | None, reference: str | None) -> dict:
     blank = {"run": None, "improved_over_reference": False, "estimated_true_quality": None, "ci95": None,
-             "ci95_gold_only": None, "reference_run": reference, "reference_true_quality": None, "delta": None,
+             "ci95_gold_only": None, "reference_run": reference, "reference_true_quality": None, "reference_ci95": None, "delta": None,
              "delta_ci95": None, "families_improved": [], "families_not_improved": [], "per_family": {}}
     if claim is None:
         return {**blank, "basis": f"NOT CERTIFIED: no evidence (claim {SHIPPED} was not recorded)."}
