@@ -18,7 +18,6 @@ from . import out_lock
 from .report import by_role
 
 
-
 try:
     _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
 except (OSError, AttributeError):
