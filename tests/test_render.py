@@ -441,3 +441,13 @@ def test_each_diagnostic_decision_says_how_sure_from_the_stress(tmp_path):
     assert sure["families"]["ember"]["right"] == 3 and sure["nearest"] == 10
     assert "how sure: right of the nearest stress decisions with the same call" in summary
     assert "| dune | 0.900 | **flagged** | 3/4 ([" in summary
+
+
+def test_an_errored_stress_claim_renders_with_its_message(tmp_path):
+    """A stress claim that errored before recording anything (details empty: hypothesis failed to draw, say)
+    is reported as such; the rest of the report renders (it once stopped the render: exit 1, no report)."""
+    doc = full_evidence()
+    stress = claim("diagnostic.flags_synthetic_corruption", "error", "ImportError: cannot import name 'x'")
+    ans, summary = do_render(tmp_path, replace_claim(doc, stress["id"], stress))
+    assert "Claim `diagnostic.flags_synthetic_corruption`: **error** (ImportError: cannot import name 'x')" in summary
+    assert ans["certification"]["improved_over_reference"] is True
