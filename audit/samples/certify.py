@@ -41,7 +41,7 @@ from .columns import FORMATS_HELP
 STAGING = ".staging"
 EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified, as audit.certify
 USAGE = ("python -m audit.samples --samples PATH --gold PATH --out DIR [--reference RUN] [options]\n"
-         "       python -m audit.samples draw-gold --samples PATH --per-cell N --out TO_LABEL.csv [--seed S] "
+         "       python -m audit.samples {draw-gold} --samples PATH --per-cell N --out TO_LABEL.csv [--seed S] "
          "(the rows to label: draw-gold --help)")
 
 
