@@ -254,3 +254,30 @@ def test_what_the_callback_cannot_log_is_refused_at_once(tmp_path):
     with pytest.raises(ValueError, match="the trainer has no 'accelerator': expected a TRL GRPOTrainer"):
         SamplesCallback(SimpleNamespace(), ok, tmp_path / "s.jsonl", family_key="slice")
     assert not (tmp_path / "s.jsonl").exists()
+
+
+@pytest.mark.trl
+def test_a_vllm_trainer_is_sampled_with_generate_and_says_so():
+    """A trainer that generates with vLLM: the callback samples with model.generate and the trainer's sampling
+    settings, warns, and records the fallback and the vLLM-only generation_kwargs it did not apply (the trainer's
+    attributes as GRPOTrainer sets them with use_vllm; no vLLM engine is started here)."""
+    from types import SimpleNamespace
+
+    from audit.integrations.trl import SamplesCallback
+    sys.path.insert(0, str(ROOT / "examples" / "trl"))
+    import run as example
+    tok = example.tokenizer()
+    trainer = SimpleNamespace(use_vllm=True, vllm_mode="colocate", processing_class=tok, max_completion_length=12,
+                              eos_token_ids=[tok.eos_token_id], temperature=0.7, top_p=0.9, top_k=50, min_p=None,
+                              repetition_penalty=1.1, args=SimpleNamespace(generation_kwargs={"logprobs": 2}))
+    cb = SamplesCallback.__new__(SamplesCallback)
+    cb.conversational, cb.seed, cb.batch_size, cb.reward_names, cb.reward_weights = False, 0, 8, ["r"], [1.0]
+    with pytest.warns(RuntimeWarning, match=r"the trainer generates with vLLM \(colocate\); these samples come from "
+                                             r"transformers' model.generate"):
+        config, record = cb._generation(trainer, {"max_new_tokens": 16})
+    rec = json.loads(record)
+    assert rec["engine"] == "transformers generate (not the trainer's vLLM engine)"
+    assert '{"logprobs": 2}' in rec["vllm_fallback"] and rec["overrides"] == {"max_new_tokens": 16}
+    assert rec["sampling"] == {"do_sample": True, "max_new_tokens": 16, "temperature": 0.7, "top_p": 0.9, "top_k": 50,
+                               "min_p": None, "repetition_penalty": 1.1}
+    assert (config.max_new_tokens, config.temperature, config.top_p, config.top_k) == (16, 0.7, 0.9, 50)
