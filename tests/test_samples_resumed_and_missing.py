@@ -292,3 +292,36 @@ def test_ray_blocks_refuse_what_only_this_machine_reads():
         _block(pa.table({**base, "superseded": [False, True]}), names, gold)
     with pytest.raises(columns.Unusual, match="without a proxy_reward"):
         _block(pa.table({**base, "proxy_reward": [0.1, None]}), names, gold)
+
+
+# ------------------------------------------------------------------------------------------ generation records
+def test_each_runs_generation_settings_are_reported(tmp_path, capsys):
+    """The generation column (JSON text, as the TRL callback writes it): each run's distinct records, whether every
+    run was sampled alike, the runs without one -- the same from the columnar reader (JSONL, Parquet) and the row
+    reader (a JSON object instead of text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from audit.samples.estimates import SamplesAudit
+    from audit.samples.table import load
+    rows, gold, _ = make_table(n=30, n_gold=10)
+    hot = json.dumps({"temperature": 1.0, "max_new_tokens": 6}, sort_keys=True)
+    cold = json.dumps({"temperature": 0.7, "max_new_tokens": 6}, sort_keys=True)
+    for r in rows:
+        r["generation"] = {"reference": hot, "good": hot, "bad": cold}[r["run"]]
+    g = write_jsonl(tmp_path / "g.jsonl", gold)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "s.parquet")
+    objects = [{**r, "generation": json.loads(r["generation"])} for r in rows]     # not text: read row by row
+    facts = [SamplesAudit(load(path, g), "reference").table_facts()["generation"]
+             for path in (write_jsonl(tmp_path / "s.jsonl", rows), tmp_path / "s.parquet",
+                          write_jsonl(tmp_path / "o.jsonl", objects))]
+    assert facts[0] == facts[1] == facts[2]
+    assert facts[0] == {"by_run": {"reference": [json.loads(hot)], "good": [json.loads(hot)], "bad": [json.loads(cold)]},
+                        "runs_without": [], "same_for_every_run": False}
+    same = [{**r, "generation": hot} if r["run"] != "bad" else {k: v for k, v in r.items() if k != "generation"}
+            for r in rows]
+    f = SamplesAudit(load(write_jsonl(tmp_path / "m.jsonl", same), g), "reference").table_facts()["generation"]
+    assert f["runs_without"] == ["bad"] and f["same_for_every_run"] is False and f["by_run"]["bad"] == []
+    plain = SamplesAudit(load(write_jsonl(tmp_path / "p.jsonl", [{k: v for k, v in r.items() if k != "generation"}
+                                                                 for r in rows]), g), "reference")
+    assert plain.table_facts()["generation"] == {"by_run": {}, "runs_without": [], "same_for_every_run": None}

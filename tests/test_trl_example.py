@@ -233,6 +233,10 @@ def test_a_reward_returning_none_never_stops_training_and_the_audit_counts_it(tm
     assert c["run"] in ("step-30", "step-60") and c["improved_over_reference"] and "delta" in c["families_improved"]
     summary = (out / "audit" / "summary.md").read_text()
     assert f"**{len(none)} of {len(rows)} rows have no proxy**" in summary
+    record = json.loads(rows[0]["generation"])              # how every run was sampled, shown by the audit
+    assert a["generation"] == {"by_run": {name: [record] for name in ("step-0", "step-30", "step-60")},
+                               "runs_without": [], "same_for_every_run": True}
+    assert "Generation: every run sampled the same way" in summary
 
 
 @pytest.mark.trl
