@@ -113,10 +113,14 @@ class SamplesCallback(TrainerCallback):
             if getattr(trainer, what, None):
                 raise ValueError(f"SamplesCallback: the trainer has {what}: its multi-turn rollouts are not what "
                                  "single generate calls sample, so they are not supported")
-        for need in ("accelerator", "_tokenize_prompts", "processing_class", "eos_token_ids"):
+        for need in ("accelerator", "_tokenize_prompts", "processing_class"):
             if not hasattr(trainer, need):
                 raise ValueError(f"SamplesCallback: the trainer has no {need!r}: expected a TRL GRPOTrainer or "
                                  "RLOOTrainer (trl>=1.12)")
+        tok = getattr(trainer, "_tokenizer", None) or getattr(trainer.processing_class, "tokenizer",
+                                                              trainer.processing_class)
+        # the end-of-sequence ids the trainer cuts completions at (trl >= 1.16 keeps a list; 1.12 the tokenizer's)
+        self.eos_ids = list(getattr(trainer, "eos_token_ids", None) or [tok.eos_token_id])
         self._rewards(trainer, reward_funcs, reward_weights)
         self.seed = int(trainer.args.seed if seed is None else seed)
         self.batch_size = int(batch_size or trainer.args.per_device_eval_batch_size)
@@ -164,11 +168,10 @@ class SamplesCallback(TrainerCallback):
         base = getattr(trainer, "generation_kwargs", None)
         note = None
         if vllm or base is None:
-            tok = trainer.processing_class if not hasattr(trainer.processing_class, "tokenizer") else \
-                trainer.processing_class.tokenizer
+            tok = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
             base = {"max_new_tokens": trainer.max_completion_length, "do_sample": True,
                     "pad_token_id": tok.pad_token_id, "bos_token_id": tok.bos_token_id,
-                    "eos_token_id": trainer.eos_token_ids, "temperature": trainer.temperature,
+                    "eos_token_id": self.eos_ids, "temperature": trainer.temperature,
                     "top_p": trainer.top_p, "top_k": trainer.top_k, "min_p": trainer.min_p,
                     "repetition_penalty": trainer.repetition_penalty}
             vllm_kwargs = trainer.args.generation_kwargs or {}
@@ -318,7 +321,7 @@ class SamplesCallback(TrainerCallback):
         if images is not None or extra:
             raise ValueError("multimodal prompts are not supported by SamplesCallback")
         pad = self.gen_config.pad_token_id
-        pad = pad if pad is not None else (tr.eos_token_ids[0] if tr.eos_token_ids else 0)
+        pad = pad if pad is not None else self.eos_ids[0]
         width = max(len(p) for p in prompt_ids)
         multiple = getattr(tr, "pad_to_multiple_of", None)
         if multiple:
@@ -327,7 +330,7 @@ class SamplesCallback(TrainerCallback):
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=device)
         gen = model.generate(input_ids=ids, attention_mask=mask, generation_config=self.gen_config)
         comp = gen[:, width:].cpu()
-        eos = torch.isin(comp, torch.tensor(tr.eos_token_ids))
+        eos = torch.isin(comp, torch.tensor(self.eos_ids))
         ends = torch.where(eos.any(1), eos.int().argmax(1), torch.full((len(comp),), comp.shape[1]))
         return [list(p) for p in prompt_ids], [c[: int(e) + 1].tolist() for c, e in zip(comp, ends)]
 
