@@ -1,8 +1,10 @@
 """A short GRPO run on examples/trl's toy task with audit.integrations.trl.SamplesCallback, for tests/test_trl_example.py
-(marker trl). Run by `python` or `accelerate launch --num_processes 2 --cpu`; nothing is downloaded.
+(marker trl). Run by `python` or `accelerate launch --multi_gpu --num_processes 2` (CPU processes: the
+script sets use_cpu); nothing is downloaded.
 
     python tests/trl_grpo_run.py --out DIR [--steps 6 --save-steps 2 --seed 0] [--kill-after-step K] [--resume]
-                                 [--conversational] [--rewards single|list] [--log-only CHECKPOINT_DIR...]
+                                 [--conversational] [--rewards single|list|flaky] [--reward-model]
+                                 [--log-only init|CHECKPOINT_DIR ...]
 
 DIR/samples.jsonl: the samples file; DIR/trainer: the trainer's checkpoints; DIR/report-<rank>.json: what the
 callback logged, its generation cost per process, its warnings, and what the reward functions were called with.
