@@ -222,12 +222,15 @@ class SamplesCallback(TrainerCallback):
         """Sample, score and append the current model as run `step-N` (N = state.global_step); every process must
         call it. False (nothing logged) when the file has that run already, or when a process failed (warned:
         training goes on)."""
-        from accelerate.utils import gather_object
+        from accelerate.utils import broadcast_object_list, gather_object
         step = int(state.global_step)
         run = self.run_name.format(step=step)
-        if self.writer.has_run(run):
-            return False
         acc = self.trainer.accelerator
+        done = [self.writer.has_run(run)]
+        if acc.num_processes > 1:       # the main process's file decides (another node may not see it): in step
+            broadcast_object_list(done, from_process=0)
+        if done[0]:
+            return False
         n_batches = math.ceil(len(self.prompts) / self.batch_size)
         t0, c0 = time.perf_counter(), time.process_time()
         rows, generated, gen_cpu, error = [], 0, 0.0, None
