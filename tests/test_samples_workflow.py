@@ -146,8 +146,8 @@ def test_samples_writer_appends_and_resumes(tmp_path, recwarn):
     assert rows[-2]["sample_id"] == "step-0/p0/4" and rows[5]["prompt"] == "the prompt" and rows[5]["step"] == 50
     with pytest.raises(ValueError, match="already in"):
         w2.log("x", "f1", "p", "c", 1.0, sample_id="step-100/p0")
-    with pytest.raises(ValueError, match="proxy_reward: expected a finite number"):
-        w2.log("x", "f1", "p", "c", float("nan"))
+    with pytest.raises(ValueError, match="proxy_reward: expected a finite number or None"):
+        w2.log("x", "f1", "p", "c", float("inf"))
     assert len(path.read_text().splitlines()) == 8      # refused rows write nothing
     # a kill mid-write left half a line: named, kept, and the next rows start on a line of their own
     with open(path, "a") as fh:

@@ -101,10 +101,14 @@ def build_answer(doc: dict) -> dict:
     stress = claims.one(STRESS)
     statuses = [c["status"] for c in claims.all()]
     meta = doc.get("meta") or {}
+    table = meta.get("table") or {}
     answer = {
         "inputs": {"samples": Path(meta.get("samples") or "").name or None,
                    "gold": Path(meta.get("gold") or "").name or None,
-                   "fingerprint": inputs_fingerprint(meta.get("input_hashes")), "seed": meta.get("seed")},
+                   "fingerprint": inputs_fingerprint(meta.get("input_hashes")), "seed": meta.get("seed"),
+                   "superseded_rows": table.get("superseded_rows")},
+        "missing_proxy": table.get("missing_proxy"),
+        "generation": table.get("generation"),
         "reference_run": reference,
         "certification": _certification(claims.one(SHIPPED), reference),
         "runs": runs,

@@ -52,6 +52,17 @@ def pytest_sessionstart(session):
     rec.config.update({"samples_settings": s})
 
 
+def pytest_collection_finish(session):
+    """The evidence's meta: what the report says about the table beside the claims (superseded rows left out,
+    rows without a proxy, each run's generation settings: SamplesAudit.table_facts)."""
+    from audit.checks.evidence_plugin import recorder_of
+    try:
+        facts = samples_audit_of(session.config).table_facts()
+        recorder_of(session.config).meta["table"] = facts
+    except Exception:  # noqa: BLE001 - a table that does not load errs every claim; the claims report it
+        return
+
+
 def pytest_generate_tests(metafunc):
     # runs, families and cells come from the table, so the claim ids name them: run.passes_release_rule[ppo-a]
     names = {"sample_family", "sample_cell", "candidate_run", "candidate_cell"} & set(metafunc.fixturenames)
