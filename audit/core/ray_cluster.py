@@ -49,7 +49,9 @@ def connect(address: str):
     if address != "local":
         check_reachable(address)
     try:
-        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
+        # "local" is Ray's own word for a new instance started here: None would attach to whatever RAY_ADDRESS or
+        # the latest `ray start` on this machine names (another job's cluster; Ray 2.60 then asks for its token)
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, ignore_reinit_error=True,
                  runtime_env={"py_modules": [_package_path("audit"), _package_path("rlhf")],
                               "worker_process_setup_hook": "audit.core.ray_cluster.worker_setup"})
