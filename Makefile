@@ -14,6 +14,7 @@ JOBS    ?= auto
 SAMPLES ?=
 GOLD    ?=
 REFERENCE ?=
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: help install lock demo test test-cpu test-trl bench world certify calibrate grade clean
 
@@ -40,6 +41,11 @@ help:
 # the exact pins of constraints.txt (the ranges a user's environment may take: pyproject.toml; docs/install.md)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
+	@# torch first, on its own: the pinned CPU build is not on PyPI (its torch is CUDA's, several GB); where pip's own
+	@# sources lack it, it comes from PyTorch's CPU index (asked for torch alone: the rest stays PyPI's)
+	$(PY) -m pip install -q --no-compile --no-deps --disable-pip-version-check -c constraints.txt torch 2>/dev/null \
+	  || $(PY) -m pip install -q --no-compile --no-deps --disable-pip-version-check --index-url $(TORCH_INDEX) \
+	     "$$(grep '^torch==' constraints.txt)"
 	$(PY) -m pip install -q --no-compile --disable-pip-version-check -c constraints.txt -e ".[dev]"
 	@# byte-compile on every core (pip compiles on one: 73 s vs 49 s for both steps on a clean clone); a file that
 	@# does not compile (a newer Python's syntax in a package's test module) is skipped, as pip skips it
@@ -53,6 +59,8 @@ install: $(STAMP)
 TORCH ?= torch==2.13.0+cpu
 lock:
 	rm -rf .lock-venv && python3.11 -m venv .lock-venv
+	.lock-venv/bin/python -m pip install -q --no-deps --disable-pip-version-check "$(TORCH)" 2>/dev/null \
+	  || .lock-venv/bin/python -m pip install -q --no-deps --disable-pip-version-check --index-url $(TORCH_INDEX) "$(TORCH)"
 	.lock-venv/bin/python -m pip install -q --disable-pip-version-check "$(TORCH)" ".[dev,trl]"
 	{ sed -n '/^#/p' constraints.txt; .lock-venv/bin/python -m pip freeze --exclude rlhf-audit | sort -f; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .lock-venv
