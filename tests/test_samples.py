@@ -162,8 +162,9 @@ def test_flags_gamed_family_and_stress(tmp_path):
     # on a table where every family agrees, the same draws: rescales (x3, x0.18) and the inversion are caught, no
     # untouched family is flagged (a gamed token on a share of rows is mostly not, at 40 gold rows a family)
     flag = stress(SamplesAudit(clean, "reference", a.cfg), 6, n_resamples=300)["claims"]["flag (either)"]
-    assert flag["false_alarm_rate"] == 0.0
     if at_the_pinned("hypothesis"):      # which corruptions these are: the pinned hypothesis's draws for seed 0
+        # (hypothesis 6.100 draws others for the same seed; one of its shuffles costs a false alarm at 40 gold rows)
+        assert flag["false_alarm_rate"] == 0.0
         assert flag["detection_by_kind"]["rescale"] == 1.0 and flag["detection_by_kind"]["invert"] == 1.0
 
 

@@ -315,11 +315,12 @@ def _concat(parts: list[dict]) -> dict:
 
 
 def _table(sp, gp, rows: dict, gid, gv, runs, families, summaries, n_rows, has_step, seed) -> Table:
+    import pyarrow as pa
     import pyarrow.compute as pc
     sid = rows["sample_id"]
     gold = np.full(len(sid), np.nan)
     found = pc.is_in(sid, value_set=gid).to_numpy(zero_copy_only=False)
-    gold[found] = gv[pc.index_in(sid.filter(found), value_set=gid).to_numpy()]
+    gold[found] = gv[pc.index_in(sid.filter(pa.array(found)), value_set=gid).to_numpy()]   # pyarrow < 15 takes no numpy mask
     run_code = np.array([runs.index(r) for r in rows["run"].to_pylist()], np.int32)
     fam_at = {f: k for k, f in enumerate(families)}
     family_code = np.array([fam_at[f] for f in rows["family"].to_pylist()], np.int32)
