@@ -143,17 +143,7 @@ def _proxy(v):
     when it is neither (a stored NaN or infinity, text that is no number)."""
     if v is None or (isinstance(v, str) and not v.strip()):
         return math.nan
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, str):
-        try:
-            v = float(v.strip())
-        except ValueError:
-            return None
-    if isinstance(v, (int, float)):
-        v = float(v)
-        return v if math.isfinite(v) else None
-    return None
+    return _number(v)
 
 
 def _flag(v):
