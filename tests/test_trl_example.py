@@ -136,13 +136,14 @@ def test_two_processes_log_each_prompt_once_per_checkpoint(two_processes, tmp_pa
     print(f"\n[trl] rows logged in training vs from the checkpoints' files: {apart} of {len(rows) - n} apart")
     assert apart <= len(rows) // 50
     # the cost: today's callback generated every prompt on every process (what one process does here); CPU
-    # seconds of the logging call in each process (its wall time depends on what else the machine runs)
+    # seconds of the logging call in each process (its wall time depends on what else the machine runs), like
+    # for like: the same checkpoints logged from their files by two processes and by one
     def per_checkpoint(costs, key):
         return [max(p[key] for p in c["processes"]) for c in costs]
     lines = []
     for key, what in (("generate_cpu_seconds", "generate calls, CPU s"), ("cpu_seconds", "whole logging call, CPU s"),
                       ("seconds", "whole logging call, wall s")):
-        two, single = per_checkpoint(r0["costs"], key), per_checkpoint(report(one)["costs"], key)
+        two, single = per_checkpoint(report(both)["costs"], key), per_checkpoint(report(one)["costs"], key)
         lines.append(f"{what}: 2 processes {', '.join(f'{s:.3f}' for s in two)} (the busier); 1 process "
                      f"{', '.join(f'{s:.3f}' for s in single)}; ratio {sum(two) / sum(single):.2f}")
     print(f"\n[trl] per checkpoint, {n} prompts, each of 2 processes generating {n // 2} (today's callback: all "
