@@ -245,3 +245,18 @@ def test_a_fixed_design_is_not_continued_in_rounds(tmp_path, capsys):
     assert samples_main(["draw-gold", "--samples", str(s), "--max-per-cell", "50", "--per-cell", "10",
                          "--out", str(tmp_path / "m.csv")]) == 2
     assert "--max-per-cell: only with --rounds" in capsys.readouterr().err
+
+
+def test_declared_looks_spend_alpha_once_and_one_look_is_the_fixed_design():
+    """world.experiments.rounds_looks (docs/intervals.md, "Declared looks"): the valid designs split 0.05 over
+    the looks; with a single look at 100 the design is the fixed 100-a-cell design, verdict for verdict."""
+    from world.experiments.rounds_looks import designs, run_table
+    from world.experiments.rounds_tables import table_spec
+    d = designs((20, 40, 100))
+    assert sum(d["looks, equal alpha"]) == pytest.approx(0.05) and sum(d["looks, alpha by n"]) == pytest.approx(0.05)
+    assert d["looks, alpha by n"][0] < d["looks, alpha by n"][-1]
+    res = run_table(table_spec(0, 0), 3, 0, (100,), 500)
+    for row in res["rows"]:
+        one, fixed = row["looks, equal alpha"], row["fixed 100"]
+        assert one["labels"] == fixed["labels"] == 100 * 30
+        assert one["settled"] == fixed["settled"] and one["passes"] == fixed["passes"]
