@@ -43,6 +43,27 @@ def test_cli_resumes_and_summarises(tmp_path, capsys):
     assert json.loads((tmp_path / "summary.json").read_text())["points"] == 2
 
 
+def test_a_stated_confidence_other_than_95_is_measured_against_its_own_target(tmp_path, capsys):
+    """--confidence (declared looks need the intervals at 1 - alpha_k): the same rows give wider intervals at 0.99
+    than at 0.95, the row says which confidence it measured, the target moves with it, and a grid point measured at
+    another confidence is not taken as done."""
+    q = {"kind": "continuous", "mean": 0.3, "n": 25, "N": 100, "rho": 0.8}
+    w = {c: ic.run_point(q, 1, reps=60, seed=0, draws=500, confidence=c) for c in (0.95, 0.99)}
+    assert w[0.99]["confidence"] == 0.99
+    assert (w[0.99]["quantities"]["cell"]["median_width"]["new"] > w[0.95]["quantities"]["cell"]["median_width"]["new"])
+    assert (w[0.99]["quantities"]["cell"]["median_width"]["today"]
+            > w[0.95]["quantities"]["cell"]["median_width"]["today"])
+    assert ic.threshold(1000, 0.99) > ic.threshold(1000)
+    args = ["--out", str(tmp_path), "--reps", "20", "--draws", "200", "--quick", "--limit", "1"]
+    assert ic.main(args) == 0 and ic.main(args + ["--confidence", "0.99"]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "grid.jsonl").read_text().splitlines()]
+    assert [r["confidence"] for r in rows] == [0.95, 0.99] and rows[0]["mean"] == rows[1]["mean"]
+    assert "coverage >= 0.99 -" in capsys.readouterr().out
+    from rlhf.errors import run_cli
+    assert run_cli(ic.main, "interval_coverage", args + ["--confidence", "1.5"]) == 2
+    assert "--confidence 1.5: expected a number in [0.5, 1)" in capsys.readouterr().err
+
+
 def test_labels_have_the_stated_mean():
     rng = np.random.default_rng(0)
     for kind in ic.KINDS:

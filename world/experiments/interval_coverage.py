@@ -89,11 +89,11 @@ def proxy(y, kind, mu, rho, rng) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ today's interval (before)
-def today_cell(y, f, fu):
+def today_cell(y, f, fu, confidence: float = CONFIDENCE):
     """PPI++ (power-tuned lam, normal interval, audit.core.ppi) with the t_{n-1}/z factor, and the gold-only interval
     the same way: (estimate, se) pairs per replicate, se already multiplied by the factor."""
     n, N = y.shape[-1], fu.shape[-1]
-    k = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) / stats.norm.ppf(0.5 + CONFIDENCE / 2)
+    k = stats.t.ppf(0.5 + confidence / 2, n - 1) / stats.norm.ppf(0.5 + confidence / 2)
     yc, fc = y - y.mean(-1, keepdims=True), f - f.mean(-1, keepdims=True)
     cov = (yc * fc).mean(-1)
     var = np.var(np.concatenate([f, fu], -1), axis=-1, ddof=1)
@@ -104,9 +104,9 @@ def today_cell(y, f, fu):
     return (est, k * se), (y.mean(-1), k * y.std(-1) / math.sqrt(n))
 
 
-def today_interval(terms):
+def today_interval(terms, confidence: float = CONFIDENCE):
     """Normal interval of sum w * estimate, standard errors in quadrature."""
-    z = stats.norm.ppf(0.5 + CONFIDENCE / 2)
+    z = stats.norm.ppf(0.5 + confidence / 2)
     est = sum(w * e for w, (e, s) in terms)
     se = np.sqrt(sum((w * s) ** 2 for w, (e, s) in terms))
     return est - z * se, est + z * se
@@ -118,7 +118,7 @@ def grid_points() -> list[dict]:
             for k, m, n, N, r in itertools.product(KINDS, MEANS, GOLD, UNLABELLED, RHOS)]
 
 
-def run_point(p: dict, index: int, reps: int, seed: int, draws: int) -> dict:
+def run_point(p: dict, index: int, reps: int, seed: int, draws: int, confidence: float = CONFIDENCE) -> dict:
     rng = np.random.default_rng([seed, index])
     kind, mu, n, N, rho = p["kind"], p["mean"], p["n"], p["N"], p["rho"]
     truth = {"cell": mu, "balanced": mu, "delta": 0.0, "balanced_delta": 0.0}
@@ -140,12 +140,12 @@ def run_point(p: dict, index: int, reps: int, seed: int, draws: int) -> dict:
             y_all = labels(kind, mu, (r, n + N), rng)
             f_all = proxy(y_all, kind, mu, rho, rng)
             y, f, fu = y_all[:, :n], f_all[:, :n], f_all[:, n:]
-            cell = bounded.ppi_cells(y, f, fu, 0.0, 1.0, confidence=CONFIDENCE, seed=seed,
+            cell = bounded.ppi_cells(y, f, fu, 0.0, 1.0, confidence=confidence, seed=seed,
                                      key=("coverage", index, start, c), draws=draws)
-            ci = cell.interval(CONFIDENCE)["ci95"]
+            ci = cell.interval(confidence)["ci95"]
             tally("new", "cell", *ci)
-            (t_est, t_se), _ = today_cell(y, f, fu)
-            tally("today", "cell", *today_interval([(1.0, (t_est, t_se))]))
+            (t_est, t_se), _ = today_cell(y, f, fu, confidence)
+            tally("today", "cell", *today_interval([(1.0, (t_est, t_se))], confidence))
             counts["cell"] += r
             lams.append(cell.lam)
             new_parts.append(cell.parts)
@@ -153,11 +153,11 @@ def run_point(p: dict, index: int, reps: int, seed: int, draws: int) -> dict:
         combos = {"balanced": [(1 / CELLS, c) for c in range(CELLS)], "delta": [(1.0, 0), (-1.0, 1)],
                   "balanced_delta": [(1 / 3, 0), (1 / 3, 1), (1 / 3, 2), (-1 / 3, 3), (-1 / 3, 4), (-1 / 3, 5)]}
         for q, terms in combos.items():
-            ci = bounded.interval([(w * pw, s) for w, c in terms for pw, s in new_parts[c]], CONFIDENCE)["ci95"]
+            ci = bounded.interval([(w * pw, s) for w, c in terms for pw, s in new_parts[c]], confidence)["ci95"]
             tally("new", q, *ci)
-            tally("today", q, *today_interval([(w, old_parts[c]) for w, c in terms]))
+            tally("today", q, *today_interval([(w, old_parts[c]) for w, c in terms], confidence))
             counts[q] += r
-    out = {**p, "index": index, "reps": reps, "seed": seed, "draws": draws, "lam_median": float(np.median(
+    out = {**p, "index": index, "reps": reps, "seed": seed, "draws": draws, "confidence": confidence, "lam_median": float(np.median(
         np.concatenate(lams))), "quantities": {}}
     for q in QUANTITIES:
         wn, wt = (float(np.median(np.concatenate(widths[m][q]))) for m in ("new", "today"))
@@ -169,9 +169,9 @@ def run_point(p: dict, index: int, reps: int, seed: int, draws: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ summary
-def threshold(n: int) -> float:
-    """0.95 minus two Monte-Carlo standard errors of a coverage measured on n intervals."""
-    return CONFIDENCE - 2 * math.sqrt(CONFIDENCE * (1 - CONFIDENCE) / n)
+def threshold(n: int, confidence: float = CONFIDENCE) -> float:
+    """The stated confidence (0.95) minus two Monte-Carlo standard errors of a coverage measured on n intervals."""
+    return confidence - 2 * math.sqrt(confidence * (1 - confidence) / n)
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -180,7 +180,7 @@ def summarise(rows: list[dict]) -> dict:
         s = {}
         for m in ("new", "today"):
             covs = [(r["quantities"][q]["coverage"][m], r["quantities"][q]["n"], r) for r in rows]
-            below = [(c, r) for c, n, r in covs if c < threshold(n)]
+            below = [(c, r) for c, n, r in covs if c < threshold(n, r.get("confidence", CONFIDENCE))]
             worst = min(covs, key=lambda t: t[0])
             s[m] = {"below_target": len(below), "min_coverage": worst[0],
                     "min_at": {k: worst[2][k] for k in ("kind", "mean", "n", "N", "rho")},
@@ -209,7 +209,8 @@ def summarise(rows: list[dict]) -> dict:
 def markdown(summary: dict, rows: list[dict]) -> str:
     f = lambda v: "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"   # noqa: E731
     lines = [f"{summary['points']} grid points, {rows[0]['reps'] if rows else 0} replicates each "
-             f"(cells: x{CELLS}); target: coverage >= 0.95 - 2 Monte-Carlo standard errors at every point", "",
+             f"(cells: x{CELLS}); target: coverage >= {rows[0].get('confidence', CONFIDENCE) if rows else CONFIDENCE:g} "
+             "- 2 Monte-Carlo standard errors at every point", "",
              "| quantity | intervals | points below target | lowest coverage (where) | mean coverage | zero-width "
              "intervals | median width ratio new/today, mean 0.1-0.9 and n >= 50 |", "|---|---|---|---|---|---|---|"]
     for q, s in summary["quantities"].items():
@@ -236,6 +237,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--draws", type=positive_int, default=bounded.DRAWS,
                     help=f"Monte-Carlo draws of every bound (default {bounded.DRAWS}, the audit's)")
+    ap.add_argument("--confidence", type=float, default=CONFIDENCE, help="the intervals' stated confidence (default "
+                    "0.95, the door's; e.g. 1 - 0.05/K for K declared looks, docs/intervals.md)")
     ap.add_argument("--quick", action="store_true", help="a small grid (binary and continuous, n 10 and 50, N 100, "
                     "rho 0 and 0.8, five means) for a first look")
     ap.add_argument("--limit", type=positive_int, default=None, help="stop after this many new grid points")
@@ -246,6 +249,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shard", default=None, metavar="I/K", help="run only the grid points whose index is I mod K "
                     "(K processes side by side; each writes DIR/grid.I.jsonl)")
     a = ap.parse_args(argv)
+    if not 0.5 <= a.confidence < 1:
+        raise InputError(f"--confidence {a.confidence}: expected a number in [0.5, 1)")
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
@@ -268,7 +273,8 @@ def main(argv=None) -> int:
         for line in f.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                if (r["reps"], r["seed"], r["draws"]) == (a.reps, a.seed, a.draws):
+                if (r["reps"], r["seed"], r["draws"], r.get("confidence", CONFIDENCE)) == (a.reps, a.seed, a.draws,
+                                                                                      a.confidence):
                     done[(r["kind"], r["mean"], r["n"], r["N"], r["rho"])] = r
     index = {tuple(p.values()): i for i, p in enumerate(grid_points())}
     todo = [p for p in points if tuple(p.values()) not in done
@@ -281,11 +287,11 @@ def main(argv=None) -> int:
         todo = []
     n_done = sum(tuple(p.values()) in done for p in points)
     print(f"[interval_coverage] {len(points)} grid points, {n_done} done, {len(todo)} to run "
-          f"({a.reps} replicates, {a.draws} draws, seed {a.seed})", flush=True)
+          f"({a.reps} replicates, {a.draws} draws, seed {a.seed}, confidence {a.confidence:g})", flush=True)
     t0 = time.time()
     with open(grid_file, "a") as fh:
         for k, p in enumerate(todo, 1):
-            r = run_point(p, index[tuple(p.values())], a.reps, a.seed, a.draws)
+            r = run_point(p, index[tuple(p.values())], a.reps, a.seed, a.draws, a.confidence)
             fh.write(json.dumps(r) + "\n")
             fh.flush()
             done[tuple(p.values())] = r
