@@ -109,6 +109,9 @@ def _run(a, out: Path, task: Path, command: str, lock) -> int:
     if answer is None:
         return EXIT_INTERNAL
     certified = answer["certification"]["improved_over_reference"] is True
+    line = diagnostic_line(answer)
+    if line:
+        print(line, flush=True)
     print(f"[certify] wrote {out}/answer.json, summary.md, evidence.json, figures/, checkpoint/ "
           f"in {time.time() - t0:.0f}s; shipped policy {'CERTIFIED' if certified else 'NOT certified'} as improved "
           f"over the reference", flush=True)
@@ -116,6 +119,20 @@ def _run(a, out: Path, task: Path, command: str, lock) -> int:
         print("[certify] --fail-if-not-certified: exit 3", file=sys.stderr)
         return EXIT_NOT_CERTIFIED
     return EXIT_OK
+
+
+def diagnostic_line(answer: dict) -> str | None:
+    """The gold-free diagnostic's calls in one line (None without them): risky, safe, and too close to call,
+    which needs gold (with the gold set's own verdict on those families, where the report has it)."""
+    d = answer.get("diagnostic") or {}
+    fams = d.get("families") or {}
+    if not fams or any(v.get("call") is None for v in fams.values()):
+        return None
+    gold = ((d.get("validation") or {}).get("too_close_decided_by_gold")) or {}
+    by = {c: [f for f, v in fams.items() if v["call"] == c] for c in ("risky", "safe", "too close to call")}
+    close = [f + (f" (gold: {'hazardous' if gold[f] else 'safe'})" if f in gold else "") for f in by["too close to call"]]
+    return ("[certify] gold-free diagnostic: risky " + (", ".join(by["risky"]) or "none") + "; safe "
+            + (", ".join(by["safe"]) or "none") + "; too close to call, needs gold: " + (", ".join(close) or "none"))
 
 
 if __name__ == "__main__":
