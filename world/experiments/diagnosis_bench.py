@@ -207,7 +207,8 @@ def _wait(refs: list, what: str, say) -> list:
 
 def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: None) -> dict:
     import ray
-    ray.init(address=None if address in (None, "local") else address, include_dashboard=False,
+    ray.init(address="local" if address in (None, "local") else address,   # a Ray of its own unless an address is given
+             include_dashboard=False,
              ignore_reinit_error=True, log_to_driver=False,
              configure_logging=False)
     train_rm, gain, diagnose = (ray.remote(num_cpus=1)(f) for f in (_train_rm, _gain, _diagnose))

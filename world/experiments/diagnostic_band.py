@@ -223,6 +223,9 @@ def main(argv=None) -> int:
         print(res["window_note"])
     for r in res["report"]:
         b, s = r["band"], r["in_sample"]
+        if "decomposition" in r:
+            print(f"{r['recipe']['steps']} steps lr {r['recipe']['lr']:g}, where one run's residual comes from: "
+                  + json.dumps(r["decomposition"]))
         if not np.isfinite([b["below"], b["above"]]).all():
             print(f"{r['recipe']['steps']} steps lr {r['recipe']['lr']:g}, {r['replicates']} replicate(s): "
                   f"{s['draws']} residuals are too few for level {a.level:g} (needs {math.ceil(1 / (1 - a.level)) - 1}); "
@@ -232,8 +235,6 @@ def main(argv=None) -> int:
               f"SPEC's risk within [risk - {b['above']:.3f}, risk + {b['below']:.3f}] -> safe below "
               f"{LINE - b['below']:.3f}, risky above {LINE + b['above']:.3f}; in sample {s['called']}/{s['draws']} "
               f"called, {s['right']} right")
-        if "decomposition" in r:
-            print("  " + json.dumps(r["decomposition"]))
     command = "python -m world.experiments.diagnostic_band " + shlex.join(sys.argv[1:] if argv is None else argv)
     if a.write:
         steps, lr = 750, 6e-4
