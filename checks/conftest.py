@@ -6,7 +6,7 @@ from pathlib import Path
 
 from audit.core.evidence import code_hash, package_versions
 
-pytest_plugins = ["checks.evidence_plugin"]
+pytest_plugins = ["audit.checks.evidence_plugin"]
 
 
 def pytest_addoption(parser):
@@ -23,7 +23,7 @@ def pytest_ignore_collect(collection_path, config):
 
 def pytest_sessionstart(session):
     """Provenance in the evidence (meta.config): what ran, with which code and which packages."""
-    from checks.evidence_plugin import recorder_of
+    from audit.checks.evidence_plugin import recorder_of
     config = session.config
     if config.getoption("--samples-settings", None):
         # the samples door's statistics are numpy's: starting torch would cost seconds of every samples audit

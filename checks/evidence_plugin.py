@@ -1,7 +1,7 @@
 """pytest plugin: every audit check becomes a claim in evidence.json (format: audit/core/evidence.py).
 
-Loaded from checks/conftest.py (``pytest_plugins = ["checks.evidence_plugin"]``) or with
-``-p checks.evidence_plugin``. Run the audit as
+Loaded from checks/conftest.py (``pytest_plugins = ["audit.checks.evidence_plugin"]``) or with
+``-p audit.checks.evidence_plugin``. Run the audit as
 
     python -m pytest checks/task --task TASK_DIR --seed 0 --evidence out/evidence.json
 
@@ -118,6 +118,12 @@ def _outcome(call, report) -> tuple[str | None, str]:
         exc = call.excinfo.exconly() if call.excinfo is not None else str(report.longrepr)
         return "teardown_error", _short(f"teardown error: {exc}")
     return None, ""
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Each test's claim id as a property of its test case: a `--junitxml` report (a CI dashboard) names the claims."""
+    for item in items:
+        item.user_properties.append(("claim", claim_id_for(item)))
 
 
 @pytest.hookimpl(wrapper=True)

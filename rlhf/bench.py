@@ -22,7 +22,7 @@ from .model import Policy, default_config, save_policy
 from .reward_model import RewardModel, default_config as rm_default_config, save_rm
 from .train_rl import RLConfig, RLTrainer
 from .vocab import FAMILIES
-from .cli import Parser, positive_int, seed_arg
+from .cli import Parser, first_paragraph, positive_int, seed_arg
 
 
 def make_fixture(d: Path, seed: int = 0):
@@ -77,7 +77,7 @@ def time_rm(K: int, epochs: int, rows: int = 12000) -> float:
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m rlhf.bench", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m rlhf.bench", description=first_paragraph(__doc__))
     ap.add_argument("--steps", type=positive_int, default=20)
     ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--policy")

@@ -15,7 +15,7 @@ from .errors import run_cli
 from .data import prompts_tensor, read_jsonl, with_responses, write_jsonl
 from .model import load_policy, sample
 from .reward_model import load_rm, score
-from .cli import Parser, positive_float, positive_int, seed_arg
+from .cli import Parser, first_paragraph, positive_float, positive_int, seed_arg
 
 
 def best_of_n(policy, rm, records, n: int, generator, temperature: float = 1.0, batch: int = 64, quiet=False):
@@ -35,7 +35,7 @@ def best_of_n(policy, rm, records, n: int, generator, temperature: float = 1.0, 
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m rlhf.bon", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m rlhf.bon", description=first_paragraph(__doc__))
     ap.add_argument("--policy", required=True)
     ap.add_argument("--n", type=positive_int, default=16)
     ap.add_argument("--prompts", required=True)

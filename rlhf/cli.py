@@ -89,6 +89,13 @@ def check_fields(cfg, where: str, rules: dict, allow_none=True) -> None:
         raise InputError("\n".join(f"{where}: {b}" for b in bad))
 
 
+def first_paragraph(doc: str | None) -> str:
+    """A module docstring's first paragraph as one line: a command's --help description, whole sentences (its
+    first line alone stops mid-sentence)."""
+    para = (doc or "").strip().split("\n\n")[0]
+    return " ".join(para.split())
+
+
 class Parser(argparse.ArgumentParser):
     """argparse.ArgumentParser whose errors are `prog: error: message`, one line per line of the message, and
     exit status 2, without the usage block (--help prints it). Sub-parsers made with add_subparsers inherit it."""

@@ -20,7 +20,7 @@ from .errors import run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import load_policy, response_logprobs_grouped, sample
 from .reward_model import load_rm, score
-from .cli import Parser, positive_int, seed_arg
+from .cli import Parser, first_paragraph, positive_int, seed_arg
 
 
 @torch.inference_mode()
@@ -47,7 +47,7 @@ def dev_eval(policy, ref, rm, prompts_records, gold_records, n: int, generator, 
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m rlhf.dev_eval", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m rlhf.dev_eval", description=first_paragraph(__doc__))
     ap.add_argument("--policy", required=True)
     ap.add_argument("--policy-ref", required=True)
     ap.add_argument("--reward-model", required=True)

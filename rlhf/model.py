@@ -214,6 +214,19 @@ def nonfinite_keys(state: dict) -> list[str]:
     return [k for k, v in state.items() if not bool(torch.isfinite(v).all())]
 
 
+# safetensors before 0.6 names a bad header by its error variant ("HeaderTooSmall"), later releases in words: the
+# words, whichever is installed, so that an error reads the same in every environment the package supports
+_SAFETENSORS_WORDS = {"HeaderTooSmall": "header too small", "HeaderTooLarge": "header too large",
+                      "InvalidHeaderLength": "invalid header length",
+                      "MetadataIncompleteBuffer": "incomplete metadata, file not fully covered"}
+
+
+def safetensors_reason(e: Exception) -> str:
+    """What is wrong with a safetensors file, from the library's error, in words."""
+    reason = str(e).removeprefix("Error while deserializing header: ")
+    return _SAFETENSORS_WORDS.get(reason, reason)
+
+
 def _nonfinite_line(w_path: Path, bad: list[str]) -> str:
     also = f" (also {', '.join(map(repr, bad[1:4]))}{', ...' if len(bad) > 4 else ''})" if len(bad) > 1 else ""
     return f"{w_path}: tensor {bad[0]!r} holds NaN or inf values{also}; expected finite weights"
@@ -225,7 +238,7 @@ def _nonfinite_problem(w_path: Path) -> str | None:
     try:
         bad = nonfinite_keys(load_file(str(w_path)))
     except (SafetensorError, OSError) as e:
-        return f"{w_path}: not a valid safetensors file ({e})"
+        return f"{w_path}: not a valid safetensors file ({safetensors_reason(e)})"
     return _nonfinite_line(w_path, bad) if bad else None
 
 
@@ -256,8 +269,7 @@ def checkpoint_problems(cls, directory, weights: str, keys, defaults: dict, scan
         with safe_open(str(w_path), framework="pt") as fh:
             header = {k: (fh.get_slice(k).get_dtype(), tuple(fh.get_slice(k).get_shape())) for k in fh.keys()}
     except (SafetensorError, OSError) as e:
-        reason = str(e).removeprefix("Error while deserializing header: ")
-        return out + [f"{w_path}: not a valid safetensors file ({reason})"]
+        return out + [f"{w_path}: not a valid safetensors file ({safetensors_reason(e)})"]
     dtype_problems = [f"{w_path}: key {k!r} has dtype {dt}; expected a floating-point dtype "
                       f"({', '.join(FLOAT_DTYPES)})" for k, (dt, _) in header.items() if dt not in FLOAT_DTYPES]
     out += dtype_problems
@@ -300,7 +312,7 @@ def load_module(cls, directory, weights: str, keys, defaults: dict):
     try:
         state = load_file(str(directory / weights))
     except SafetensorError as e:
-        raise CheckpointError(f"{directory / weights}: not a valid safetensors file ({e})") from None
+        raise CheckpointError(f"{directory / weights}: not a valid safetensors file ({safetensors_reason(e)})") from None
     bad = nonfinite_keys(state)
     if bad:
         raise CheckpointError(_nonfinite_line(directory / weights, bad))

@@ -17,7 +17,7 @@ from .common import progress, setup_torch
 from .errors import InputError, run_cli
 from .data import prompts_tensor, read_jsonl, responses_tensor, write_json
 from .model import Policy, default_config, response_logprobs, save_policy
-from .cli import Parser, check_fields, nonneg_float, positive_float, positive_int, seed_arg
+from .cli import Parser, first_paragraph, check_fields, nonneg_float, positive_float, positive_int, seed_arg
 
 
 @dataclass
@@ -74,7 +74,7 @@ def train_sft(records, cfg: SFTConfig = SFTConfig(), model_cfg: dict | None = No
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m rlhf.sft", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m rlhf.sft", description=first_paragraph(__doc__))
     ap.add_argument("--data", required=True, help="jsonl of demonstration records (prompt + response)")
     ap.add_argument("--out", required=True)
     for f in dataclasses.fields(SFTConfig):

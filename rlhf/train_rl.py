@@ -42,7 +42,7 @@ from .model import (draw_uniforms, load_policy, response_logprobs, response_logp
                     save_policy)
 from .reward_model import load_rm, score
 from .vocab import FAMILIES
-from .cli import Parser, check_fields, nonneg_float, nonneg_int, positive_float, positive_int, seed_arg
+from .cli import Parser, first_paragraph, check_fields, nonneg_float, nonneg_int, positive_float, positive_int, seed_arg
 
 
 @dataclass
@@ -307,7 +307,7 @@ def load_config(path, overrides: dict | None = None) -> RLConfig:
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m rlhf.train_rl", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m rlhf.train_rl", description=first_paragraph(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--config", required=True)
     ap.add_argument("--out", required=True)

@@ -17,7 +17,7 @@ from .common import file_sha256, progress, setup_torch
 from .errors import InputError, run_cli
 from .data import labels_tensor, prompts_tensor, read_jsonl, responses_tensor, write_json
 from .reward_model import RewardModel, default_config, save_rm
-from .cli import Parser, check_fields, positive_float, positive_int, seed_arg
+from .cli import Parser, first_paragraph, check_fields, positive_float, positive_int, seed_arg
 
 
 @dataclass
@@ -124,7 +124,7 @@ def train_rms(datasets, cfgs: list[RMTrainConfig], model_cfg: dict | None = None
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m rlhf.train_rm", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m rlhf.train_rm", description=first_paragraph(__doc__))
     ap.add_argument("--data", required=True, help="jsonl of labelled records")
     ap.add_argument("--out", required=True)
     for f in dataclasses.fields(RMTrainConfig):

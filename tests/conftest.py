@@ -72,8 +72,9 @@ def certified_tiny(tiny_world, tmp_path_factory):
 
 
 # Long tests that need the tiny world, in the order they should start once it exists (measured by
-# `make test` with --durations: the diagnosis bench ~90 s, the crash chain ~70 s, a stress round ~60 s a worker).
-_LONG_FIRST = ("test_diagnosis_bench.py", "test_crash_safety.py", "test_stress.py", "test_world.py")
+# `make test` with --durations: the wheel installed and audited ~106 s, the diagnosis bench ~56-90 s, the crash chain
+# ~40-70 s, a stress round ~30-60 s a worker).
+_LONG_FIRST = ("test_packaging.py", "test_diagnosis_bench.py", "test_crash_safety.py", "test_stress.py", "test_world.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

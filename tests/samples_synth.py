@@ -44,3 +44,13 @@ def refused(tmp_path, capsys, s, g, *extra):
     err = capsys.readouterr().err
     assert rc == 2 and not out.exists(), err
     return [line for line in err.splitlines() if line.startswith("error: ")]
+
+
+def at_the_pinned(package: str) -> bool:
+    """Whether `package` is installed at constraints.txt's version: a test that asserts what a hypothesis draw
+    turned out to be (its corruptions, not the seeding) holds at that version; other releases draw other
+    examples for the same seed (docs/install.md)."""
+    from importlib.metadata import version
+    pins = dict(line.split("==", 1) for line in (Path(__file__).resolve().parents[1] / "constraints.txt")
+                .read_text().splitlines() if "==" in line and not line.startswith("#"))
+    return version(package) == pins.get(package)

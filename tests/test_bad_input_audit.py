@@ -175,7 +175,8 @@ def test_samples_numbers_stored_as_text_are_read_as_numbers(tables, tmp_path):
     bad = write_jsonl(tmp_path / "bad.jsonl", [dict(r, proxy_reward="high") if i == 4 else r for i, r in enumerate(rows)])
     with pytest.raises(TableError) as e:
         load(bad, g)
-    assert e.value.problems == [f"{bad}:5: column 'proxy_reward': expected a finite number, got 'high'"]
+    assert e.value.problems == [f"{bad}:5: column 'proxy_reward': expected a finite number (or null: no proxy for this "
+                                f"row), got 'high'"]
 
 
 # ------------------------------------------------------------------------------------------------- render

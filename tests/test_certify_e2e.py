@@ -46,7 +46,7 @@ def test_console_speaks_in_findings_and_health_pytest_report_in_a_log(certified)
     hold = sum(c["status"] == "pass" for c in findings)
     assert f"{len(findings)} claims, {hold} hold" in log["stdout"]
     summary = (out / "summary.md").read_text()
-    assert "## The audit's own health" in summary and f"Findings about the task: {len(findings)} claims" in summary
+    assert "## The audit's own health" in summary and f"{len(findings)} claims about the task" in summary
     assert "Made with: preset `small`" in summary and "flagged when risk > 0.8" in summary
     # the diagnostic's three calls, in answer.json, summary.md and on the terminal (too close to call: needs gold)
     answer = json.loads((out / "answer.json").read_text())

@@ -141,7 +141,7 @@ def test_fail_helper(evidence):
 
 def test_plugin_end_to_end(pytester, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO))
-    pytester.makeconftest('pytest_plugins = ["checks.evidence_plugin"]')   # as checks/conftest.py loads it
+    pytester.makeconftest('pytest_plugins = ["audit.checks.evidence_plugin"]')   # as checks/conftest.py loads it
     pytester.makepyfile(test_rm=CHECKS)
     task = pytester.path / "task"
     (task / "data").mkdir(parents=True)
@@ -183,7 +183,7 @@ def test_plugin_end_to_end(pytester, monkeypatch):
 
 def test_plugin_without_evidence_option_writes_nothing(pytester, monkeypatch):
     monkeypatch.syspath_prepend(str(REPO))
-    pytester.makeconftest('pytest_plugins = ["checks.evidence_plugin"]')
+    pytester.makeconftest('pytest_plugins = ["audit.checks.evidence_plugin"]')
     pytester.makepyfile(test_x='''
 import pytest
 

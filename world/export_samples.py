@@ -31,7 +31,7 @@ from rlhf.model import load_policy
 from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT, CONTENT0, FAMILIES
 
-from rlhf.cli import Parser, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, positive_int, seed_arg
 from .config import RUNS, load_world_config
 from .truth import (match_fraction, policy_samples, random_prompt_records, read_truth_json, require_built_world,
                     true_quality, truth_from_json)
@@ -120,7 +120,7 @@ def export(world, out, *, samples: int = 1000, gold: int = 100, seed: int = 0, t
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world export-samples", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world export-samples", description=first_paragraph(__doc__))
     ap.add_argument("world")
     ap.add_argument("--out", required=True,
                     help="a new or empty directory, or an earlier export (replaced whole, once the new one is done)")

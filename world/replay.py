@@ -32,7 +32,7 @@ from rlhf.train_rm import RMTrainConfig, train_rm
 from rlhf.vocab import FAMILIES
 
 from .calibrate import rm_agreement
-from rlhf.cli import Parser, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, positive_int, seed_arg
 from .config import corruption_from_dict, load_world_config
 from .crowd import crowd_batch, qa_sample
 from .hazard import strong_recipe
@@ -94,7 +94,7 @@ def replay(world, out, corruption: dict, seed: int = 0, rl: bool = True, quiet: 
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m world.replay", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.replay", description=first_paragraph(__doc__),
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("world")
     ap.add_argument("out")

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from rlhf.atomic import atomic_dir
-from rlhf.cli import Parser, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, positive_int, seed_arg
 
 VOCAB = [f"w{i:02d}" for i in range(24)]
 
@@ -165,7 +165,7 @@ def samples_path(out: Path, cfg: TableConfig) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.samples_table", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.samples_table", description=first_paragraph(__doc__))
     ap.add_argument("--rows", type=positive_int, default=TableConfig.rows)
     ap.add_argument("--runs", type=positive_int, default=TableConfig.runs)
     ap.add_argument("--families", type=positive_int, default=TableConfig.families)

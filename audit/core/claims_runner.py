@@ -17,8 +17,6 @@ from rlhf.errors import EXIT_BAD_INPUT
 from . import out_lock
 from .report import by_role
 
-ROOT = Path(__file__).resolve().parents[2]     # the repository: pytest runs here, on checks/ by path
-
 
 try:
     _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
@@ -71,7 +69,11 @@ def run_claims_and_render(cmd: list, evidence: Path, out: Path, render, figures:
     evidence.parent.mkdir(parents=True, exist_ok=True)
     log = evidence.parent / LOG
     with open(log, "w") as fh:
-        rc = subprocess.run(cmd, cwd=ROOT, stdout=fh, preexec_fn=lambda: _die_with_parent(parent)).returncode
+        # in the staging dir, with pytest's plugins off but those named: what the claims run is the installed
+        # package's, whatever the user's directory or environment holds (its pytest config: checks/pytest.ini)
+        env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        rc = subprocess.run(cmd, cwd=evidence.parent, env=env, stdout=fh,
+                            preexec_fn=lambda: _die_with_parent(parent)).returncode
     if not evidence.exists():
         tail = log.read_text(errors="replace").splitlines()[-30:]
         print("\n".join(tail), file=sys.stderr)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rlhf.atomic import atomic_write_text
 from rlhf.errors import EXIT_FINDING, InputError, run_cli
-from rlhf.cli import Parser
+from rlhf.cli import Parser, first_paragraph
 
 from audit.core import out_lock
 
@@ -179,7 +179,7 @@ def compare(a: dict, b: dict) -> dict:
 
 
 def _main(argv=None) -> int:
-    ap = Parser(prog=PROG, description=__doc__.splitlines()[0],
+    ap = Parser(prog=PROG, description=first_paragraph(__doc__),
                                  epilog="exit status: 0 the same; 3 different; 2 bad input or usage; "
                                         "1 internal failure")
     ap.add_argument("a", type=Path)

@@ -127,13 +127,19 @@ def inputs_fingerprint(input_hashes) -> str | None:
     return hashlib.sha256(json.dumps(dict(sorted(input_hashes.items()))).encode()).hexdigest()[:16]
 
 
-def code_hash(packages=("audit", "checks", "rlhf", "templates")) -> str:
-    """sha256 of the sources that compute and render the audit (file names and bytes, sorted), for provenance."""
-    root = Path(__file__).resolve().parents[2]
+def code_hash(packages=("audit", "audit.checks", "rlhf", "audit.templates")) -> str:
+    """sha256 of the sources that compute and render the audit (file names and bytes, sorted), for provenance.
+    Each package is hashed where it is installed (a wheel's audit holds checks/ and templates/, a clone keeps them
+    beside it: hashed once either way), names relative to the package, so that a wheel and a clone of the same
+    commit give the same hash."""
+    from audit.core.resources import package_dir
+    dirs = {pkg: package_dir(pkg) for pkg in packages}
     h = hashlib.sha256()
-    for pkg in packages:
-        for f in sorted(p for p in (root / pkg).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            h.update(f.relative_to(root).as_posix().encode())
+    for pkg, root in dirs.items():
+        inner = [d for p, d in dirs.items() if p.startswith(pkg + ".")]   # hashed as their own package
+        for f in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                        and p.suffix not in (".pyc", ".pyo") and not any(d in p.parents for d in inner)):
+            h.update(f"{pkg}/{f.relative_to(root).as_posix()}".encode())
             h.update(f.read_bytes())
     return h.hexdigest()
 

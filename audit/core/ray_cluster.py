@@ -5,7 +5,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+
+
+def _package_path(name: str) -> str:
+    """Where an installed package's code lives (shipped to the cluster's workers as a py_module)."""
+    import importlib
+    return str(Path(importlib.import_module(name).__file__).parent)
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -44,9 +49,11 @@ def connect(address: str):
     if address != "local":
         check_reachable(address)
     try:
-        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
+        # "local" is Ray's own word for a new instance started here: None would attach to whatever RAY_ADDRESS or
+        # the latest `ray start` on this machine names (another job's cluster; Ray 2.60 then asks for its token)
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, ignore_reinit_error=True,
-                 runtime_env={"py_modules": [str(ROOT / "audit"), str(ROOT / "rlhf")],
+                 runtime_env={"py_modules": [_package_path("audit"), _package_path("rlhf")],
                               "worker_process_setup_hook": "audit.core.ray_cluster.worker_setup"})
         worker_setup()
     except Exception as e:   # noqa: BLE001 - ConnectionError, ValueError, RuntimeError by Ray version

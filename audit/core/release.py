@@ -28,11 +28,15 @@ class ReleaseRule:
     def describe(self, ci_basis: str = "The intervals include the uncertainty of the recovered rubric, not only "
                                        "prompt sampling.") -> str:
         pct = f"{100 * self.confidence:g}%"
+        t = self.family_ci_lower_gt
+        # (b) in words that match its threshold: below 0 it tolerates a loss up to |t| (non-inferiority)
+        b = (f"no family may lose more than {-t:g}" if t < 0 else
+             "every family must improve" if t == 0 else f"every family must gain more than {t:g}")
         return (f"A candidate passes when (a) its balanced true-quality gain over the reference (the mean over "
                 f"the families, equally weighted) is at least {self.min_balanced_gain:g} and the lower bound of "
-                f"its {pct} confidence interval is above {self.balanced_ci_lower_gt:g}, and (b) no family is "
-                f"worse off: for every family, the lower bound of the {pct} confidence interval of its "
-                f"true-quality change is above {self.family_ci_lower_gt:g}. {ci_basis}")
+                f"its {pct} confidence interval is above {self.balanced_ci_lower_gt:g}, and (b) {b}: for every "
+                f"family, the lower bound of the {pct} confidence interval of its true-quality change is above "
+                f"{t:g}. {ci_basis}")
 
     def evaluate(self, balanced_delta: float, balanced_delta_ci, family_delta_ci: dict) -> dict:
         """Apply the rule. Returns {"passes", "reasons", "checks", "rule"}: when it fails, "reasons" lists every

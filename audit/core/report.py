@@ -12,8 +12,9 @@ import jsonschema
 from rlhf.atomic import atomic_target
 
 from audit.core.evidence import split_claim_id, to_jsonable
+from audit.core.resources import templates_dir
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = templates_dir()      # the installed audit.templates (the repository's templates/)
 STAGING = ".staging"   # temp files under out_dir (same filesystem as the outputs: the renames stay atomic)
 
 

@@ -87,10 +87,17 @@ def reduce(table, seed: int, lo: float, hi: float):
             keep.append(u)
             continue
         keep.append(u[ranks])
+        p_value = table.design.get((r, f), {}).get("p_value")
+        missing = np.isnan(table.proxy[idx])
+        if missing.any():       # certified from its gold rows alone (audit.samples.estimates): no prediction
+            summaries[(r, f)] = {"n_unlabelled": int(len(u)), "n_samples": int(len(idx)),
+                                 "proxy_mean": proxy_moments(table.proxy[idx][~missing]).mean if not missing.all()
+                                 else None, "n_missing_proxy": int(missing.sum()), "h": None, "ks_p_value": p_value}
+            continue
         a, b = prediction(table.gold[gold], table.proxy[gold], lo, hi)
         proxy = proxy_moments(table.proxy[idx])
         h = exact_sums.moments(predicted(table.proxy[u], a, b, lo, hi))[0]
-        summaries[(r, f)] = summary(len(u), proxy, h, a, b, table.design.get((r, f), {}).get("p_value"))
+        summaries[(r, f)] = summary(len(u), proxy, h, a, b, p_value)
     out = table.subset(np.sort(np.concatenate(keep)))
     out.summaries, out.n_rows, out.kept_for_seed = summaries, table.n_rows, seed
     return out

@@ -34,12 +34,14 @@ from rlhf.cli import Parser, positive_float, positive_int, seed_arg
 from rlhf.errors import EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
 from audit.core import claims_runner, out_lock
-from audit.core.claims_runner import ROOT, run_claims_and_render
+from audit.core.claims_runner import run_claims_and_render
+from audit.core.resources import claims_pytest_args
+from .columns import FORMATS_HELP
 
 STAGING = ".staging"
 EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified, as audit.certify
-USAGE = ("python -m audit.samples --samples FILE --gold FILE --out DIR [options]\n"
-         "       python -m audit.samples {draw-gold} --samples FILE --per-cell N --out TO_LABEL.csv [--seed S] "
+USAGE = ("python -m audit.samples --samples PATH --gold PATH --out DIR [--reference RUN] [options]\n"
+         "       python -m audit.samples {draw-gold} --samples PATH --per-cell N --out TO_LABEL.csv [--seed S] "
          "(the rows to label: draw-gold --help)")
 
 
@@ -48,13 +50,23 @@ def refuse(lines, out: Path) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="python -m audit.samples", description=__doc__.splitlines()[0], usage=USAGE,
+    ap = Parser(prog="python -m audit.samples", usage=USAGE,
+                description="Certify runs from any trainer from their logged samples: true quality per run and family "
+                            "from the gold labels of a random subset (the proxy reward as a prediction where it "
+                            "narrows the interval), the release rule per run, the run to ship, and whether the proxy "
+                            "can be trusted per family. Writes OUT/answer.json, OUT/summary.md, OUT/evidence.json "
+                            "and OUT/figures/. The rows to label: python -m audit.samples draw-gold --help.",
                 epilog="exit status: 0 the audit ran; 2 bad input or usage (nothing written); 1 internal failure; "
                        "3 with --fail-if-not-certified: no run passes the release rule. Schema and design: "
                        "docs/samples.md")
-    ap.add_argument("--samples", required=True, help="samples table: .jsonl, .csv or .parquet")
-    ap.add_argument("--gold", required=True, help="gold labels of a random subset of every run x family's samples")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--samples", required=True, metavar="PATH",
+                    help="the samples table (sample_id, run, family, prompt_id, completion, proxy_reward; optional "
+                         "prompt, step): " + FORMATS_HELP)
+    ap.add_argument("--gold", required=True, metavar="PATH",
+                    help="gold labels (sample_id, gold) of a random subset of every run x family's samples, as "
+                         "draw-gold draws it; same formats as --samples")
+    ap.add_argument("--out", required=True, metavar="DIR", help="output directory (answer.json, summary.md, "
+                    "evidence.json, figures/); a previous report there is replaced only by a complete new one")
     ap.add_argument("--reference", default=None, help="the run every other run is compared with (default: a run "
                     "named 'reference' when there is one)")
     ap.add_argument("--seed", type=seed_arg, default=0,
@@ -93,6 +105,10 @@ def parser() -> argparse.ArgumentParser:
                          "one here) and compute the per-cell statistics there with Ray Data; only the gold rows, the "
                          "corruption stress's subsample and small cells come back (audit/samples/ray_cells.py); "
                          "same answer as without")
+    ap.add_argument("--junitxml", default=None, metavar="PATH",
+                    help="also write pytest's JUnit XML report of the claims to PATH: one test case per claim (its id "
+                         "in the case's `claim` property), passed exactly when evidence.json says pass; for CI "
+                         "dashboards")
     ap.add_argument("--fail-if-not-certified", action="store_true",
                     help="exit 3 when the audit ran but no run passes the release rule (CI gating)")
     ap.add_argument("--no-figures", action="store_true")
@@ -180,19 +196,20 @@ def _run(a, out: Path, cfg: dict, command: str, lock) -> int:
     except OSError as e:
         lock.undo()
         return refuse([f"--out {out}: cannot be written ({e.strerror})"], out)
-    settings_file, evidence = staging / "settings.json", staging / "evidence.json"
+    # absolute: the pytest child runs in the staging dir
+    settings_file, evidence = (staging / "settings.json").resolve(), (staging / "evidence.json").resolve()
     settings_file.write_text(json.dumps(cfg, indent=2))
     from .table import save
-    saved = staging / "table.arrow"          # the claims read the validated table, not the inputs again
+    saved = staging.resolve() / "table.arrow"          # the claims read the validated table, not the inputs again
     save(table, saved)
     n_gold = table.n_gold
     print(f"[samples] {table.n_rows} samples, {n_gold} gold rows, {len(table.runs)} runs x "
           f"{len(table.families)} families; reference '{reference}'; running the claims in checks/samples/ "
           f"(seed {a.seed})", flush=True)
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "samples"), "-q", "-p", "no:cacheprovider",
-           "--rootdir", str(ROOT), "--samples-settings", str(settings_file), "--seed", str(a.seed),
+    cmd = [sys.executable, "-m", "pytest", *claims_pytest_args("samples"), "-q", "--samples-settings", str(settings_file), "--seed", str(a.seed),
            "--samples-table", str(saved), "--evidence", str(evidence), "--audit-command", command,
-           "-o", "console_output_style=count",
+           *(["--junitxml", str(Path(a.junitxml).resolve()), "-o", "junit_suite_name=rlhf-audit-claims"]
+             if a.junitxml else []),
            "--capture=sys"]
     from .render import ROLES, render
     answer = run_claims_and_render(cmd, evidence, out, render, not a.no_figures, "samples", t0, ROLES,

@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+# what --samples and --gold take, in the commands' --help
+FORMATS_HELP = ("JSONL (.jsonl/.ndjson), CSV (.csv) or Parquet (.parquet/.pq), or a directory of part files of "
+                "one format (Spark, Ray or a logger's shards)")
 
 
 class Unusual(Exception):
@@ -144,6 +147,32 @@ def numbers(col, allow_null: bool = False) -> np.ndarray:
     if not np.isfinite(x[col.is_valid().to_numpy(zero_copy_only=False)]).all():     # a stored NaN or inf
         raise Unusual("non-finite number")
     return x
+
+
+TRUE, FALSE = ("true", "1"), ("", "false", "0")
+
+
+def flags(col) -> np.ndarray:
+    """A true/false column (the `superseded` marker) as a bool array: true, 1 or "true" set; false, 0, "false",
+    "" or null not; anything else Unusual."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    col = _plain(col)
+    if pa.types.is_null(col.type):
+        return np.zeros(len(col), bool)
+    if pa.types.is_boolean(col.type):
+        return pc.fill_null(col, False).to_numpy(zero_copy_only=False)
+    if pa.types.is_integer(col.type):
+        col = pc.fill_null(col, 0)
+        if not pc.all(pc.is_in(col, value_set=pa.array([0, 1], col.type))).as_py():
+            raise Unusual("flag not 0 or 1")
+        return pc.equal(col, 1).to_numpy(zero_copy_only=False)
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        col = pc.utf8_lower(pc.utf8_trim_whitespace(pc.fill_null(col, "")))
+        if not pc.all(pc.is_in(col, value_set=pa.array(TRUE + FALSE, col.type))).as_py():
+            raise Unusual("flag not true or false")
+        return pc.is_in(col, value_set=pa.array(TRUE, col.type)).to_numpy(zero_copy_only=False)
+    raise Unusual(f"flag column of type {col.type}")
 
 
 def texts(col, nullable: bool = False):

@@ -33,7 +33,7 @@ from rlhf.cli import Parser, positive_int, seed_arg
 from rlhf.errors import EXIT_OK
 
 from audit.core import claims_runner
-from .columns import FORMATS, Unusual, table_sha256
+from .columns import FORMATS, FORMATS_HELP, Unusual, table_sha256
 from .rows import TableError, column_mapping, read_rows, read_samples, text_id, unknown_columns
 from .table import load_samples
 
@@ -135,9 +135,15 @@ def _rows_text(rows: list[dict], fmt: str) -> str:
 
 
 def parser() -> Parser:
-    ap = Parser(prog="python -m audit.samples draw-gold", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m audit.samples draw-gold",
+                description="Draw the rows to give the experts: in every run x family cell of the samples table, a "
+                            "seeded simple random subset of N rows (the whole cell when it has fewer), as the audit's "
+                            "intervals need them (docs/samples.md, 'The sampling design'). Writes TO_LABEL with an "
+                            "empty gold column to fill in, and beside it TO_LABEL.draw.json, the record of the draw "
+                            "that the audit checks the gold rows against.",
                 epilog="exit status: 0 written; 2 bad input or usage (nothing written); 1 internal failure")
-    ap.add_argument("--samples", required=True, help="samples table: .jsonl, .csv or .parquet")
+    ap.add_argument("--samples", required=True, metavar="PATH",
+                    help="the samples table: " + FORMATS_HELP)
     ap.add_argument("--per-cell", type=positive_int, default=None, metavar="N",
                     help="rows to label per run x family cell (all of a cell that has fewer); required unless "
                          "--from-answer gives the advice")

@@ -13,6 +13,12 @@ drawn from (the run's policy on the family's prompts) when the gold rows are a r
 a delta (run minus reference) are sums over cells, bounded through the same statistic summed over the cells. A
 cell whose gold rows failed the random-subset test and which the user asked to widen gets a worst-case part
 (every unlabelled row anywhere in the label range), which sums add at its ends.
+
+A cell with rows whose proxy is missing (a reward function that failed or did not apply: null in the samples
+table) is certified from its gold rows alone (lam = 0, the gold-only interval). That stays valid whatever made the
+proxies missing, because the gold rows are a random subset of all the cell's rows, those without a proxy
+included; dropping those rows instead, or predicting over the others only, would assume they are missing at random
+(their quality like the rest's), which nothing tests. The report counts them (answer.json `missing_proxy`).
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from audit.core.stats import pearson_ci, spearman_ci
 
 
 MIN_COMPARATORS = 2     # a scale ratio against one other family cannot tell which of the two is off
+MIN_PROXY_GOLD = 3      # gold rows with a proxy a family needs for its proxy-vs-gold claims
 
 
 @dataclass
@@ -102,9 +109,11 @@ class SamplesAudit:
         summ = t.summaries.get((run, family))
         fu = t.proxy[idx][~lab] if summ is None else None
         design = t.design.get((run, family), {"random": True, "p_value": None})
+        missing = t.missing_proxy(run, family)
+        present = t.proxy[idx][~np.isnan(t.proxy[idx])]
         out = {"run": run, "family": family, "n_samples": int(len(idx)) if summ is None else summ["n_samples"],
-               "n_gold": int(len(y)),
-               "proxy_mean": float(t.proxy[idx].mean()) if summ is None else summ["proxy_mean"],
+               "n_gold": int(len(y)), "n_missing_proxy": missing,
+               "proxy_mean": (float(present.mean()) if len(present) else None) if summ is None else summ["proxy_mean"],
                "gold_mean": float(y.mean()), "design": design}
         h = hashlib.sha256(np.ascontiguousarray(t.proxy[idx]).tobytes() + np.ascontiguousarray(t.gold[idx]).tobytes()
                            + repr(summ).encode())
@@ -113,7 +122,15 @@ class SamplesAudit:
             out.update(self._shared[ck])
             return out
         n_u = len(fu) if summ is None else summ["n_unlabelled"]
-        if design["random"]:
+        if design["random"] and missing:
+            # the gold rows alone (see the module docstring): as ppi_cells' every-row-labelled case draws them
+            gold = bounded.draw(np.clip(y, lo, hi), lo, hi, bounded.stream(self.cfg.seed, run, family, "gold"),
+                                self.cfg.draws)
+            halve = labels_to_halve(y, np.zeros_like(y), np.zeros(0), 0.0) if n_u else None
+            res = dict(ppi=[(1.0, gold)], gold_only=[(1.0, gold)], lam=0.0, widened=False, labels_to_halve=halve,
+                       method=f"{bounded.METHOD}, gold rows alone: {missing} of the cell's rows have no proxy "
+                              "(the gold rows are a random subset of all of them)")
+        elif design["random"]:
             unl = fu if summ is None else bounded.UnlabelledSummary(**summ["h"])
             c = bounded.ppi_cells(y, f, unl, lo, hi, confidence=conf, seed=self.cfg.seed, key=(run, family),
                                   draws=self.cfg.draws)
@@ -173,14 +190,16 @@ class SamplesAudit:
                       "delta_ci95": d["ci95"], "delta_ci95_gold_only": dg["ci95"], "proxy_mean": c["proxy_mean"],
                       "reference_proxy_mean": r["proxy_mean"], "n_samples": c["n_samples"], "n_gold": c["n_gold"],
                       "lam": c["lam"], "widened": c["widened"], "method": c["method"],
+                      "n_missing_proxy": c["n_missing_proxy"],
                       "width_ratio": _ratio(q["ci95"], qg["ci95"])}
             bal.append((w, c["ppi"])), bal_g.append((w, c["gold_only"]))
             dbal_g += [(w, c["gold_only"]), (-w, r["gold_only"])]
         b, bg, dbg = combine(bal, conf), combine(bal_g, conf), combine(dbal_g, conf)
+        means = [per[f]["proxy_mean"] for f in fams]
         out = {"run": run, "is_reference": run == self.reference, "estimated_true_quality": b["estimate"],
                "ci95": b["ci95"], "ci95_gold_only": bg["ci95"], "gold_only_estimate": bg["estimate"],
                "delta": db["estimate"], "delta_ci95": db["ci95"], "delta_ci95_gold_only": dbg["ci95"],
-               "proxy_mean": float(np.mean([per[f]["proxy_mean"] for f in fams])), "per_family": per}
+               "proxy_mean": float(np.mean(means)) if None not in means else None, "per_family": per}
         if run == self.reference:
             out.update(passes=False, checks=None,
                        reasons=["the reference run: the baseline every run is compared with"])
@@ -217,8 +236,9 @@ class SamplesAudit:
     # ------------------------------------------------------------------------------------ proxy vs gold
     @cached_property
     def gold_rows(self) -> dict:
-        """Per family, its gold rows (ascending row indices): the only rows the proxy-vs-gold claims read."""
-        g = np.flatnonzero(~np.isnan(self.t.gold))
+        """Per family, its gold rows that have a proxy (ascending row indices): the only rows the proxy-vs-gold
+        claims read (a row without a proxy says nothing about the proxy)."""
+        g = np.flatnonzero(~np.isnan(self.t.gold) & ~np.isnan(self.t.proxy))
         fam = self.t.family_code[g]
         return {f: g[fam == k] for k, f in enumerate(self.t.families)}
 
@@ -239,6 +259,11 @@ class SamplesAudit:
             # a family's figures depend on its own gold rows only: the corruption stress, which changes one or two
             # families' proxy at a time, reuses the others' (keyed by the rows' values)
             key = ("agreement", f, _digest(x, y), self.cfg.n_resamples, self.cfg.seed, ci_method, spearman)
+            if key not in self._shared and len(m) < MIN_PROXY_GOLD:     # no proxy to judge (missing on its rows)
+                self._shared[key] = {"pearson": None, "ci95": None, "spearman": None, "spearman_ci95": None,
+                                     "method": f"not evaluable: {len(m)} gold rows with a proxy (at least "
+                                               f"{MIN_PROXY_GOLD} needed)", "n": int(len(m)), "per_run_pearson": {},
+                                     "n_resamples": self.cfg.n_resamples, "seed": self.cfg.seed}
             if key not in self._shared:
                 p = pearson_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed, method=ci_method)
                 s = (spearman_ci(x, y, n_resamples=self.cfg.n_resamples, seed=self.cfg.seed) if spearman
@@ -253,7 +278,8 @@ class SamplesAudit:
                                      "per_run_pearson": per_run, "n_resamples": self.cfg.n_resamples,
                                      "seed": self.cfg.seed}
             out[f] = dict(self._shared[key])
-        scale = self.scale(proxy, {f: out[f]["ci95"][0] > self.cfg.agreement_min_pearson_lower for f in out})
+        scale = self.scale(proxy, {f: out[f]["ci95"] is not None and out[f]["ci95"][0] >
+                                   self.cfg.agreement_min_pearson_lower for f in out})
         for f in t.families:
             out[f]["scale"] = scale[f]
         return out
@@ -268,8 +294,10 @@ class SamplesAudit:
         for f in fams:
             m = rows[f]
             x, y = proxy[m], t.gold[m]
-            i = rng.integers(0, len(x), (B, len(x)))       # drawn in every case: the next family's draw is the same
+            i = rng.integers(0, max(1, len(x)), (B, len(x)))   # drawn in every case: the next family's draw is the same
             key = ("slope", f, _digest(x, y), B, self.cfg.seed)
+            if key not in self._shared and len(m) < MIN_PROXY_GOLD:
+                self._shared[key] = (np.nan, np.full(B, np.nan))
             if key not in self._shared:
                 self._shared[key] = (_slope(x[None, :], y[None, :])[0], _slope(x[i], y[i]))
             slopes[f], boot[f] = self._shared[key]
@@ -277,15 +305,15 @@ class SamplesAudit:
         # optimiser gamed has no scale to lend); fewer than MIN_COMPARATORS such families -> no comparison (the
         # claim cannot be evaluated)
         thr = self.cfg.agreement_min_pearson_lower
-        agrees = {f: _pearson_lower(proxy[rows[f]], t.gold[rows[f]], B, self.cfg)
+        agrees = {f: len(rows[f]) >= MIN_PROXY_GOLD and _pearson_lower(proxy[rows[f]], t.gold[rows[f]], B, self.cfg)
                   > thr for f in fams} if agrees is None else agrees
         out = {}
         for f in fams:
             others = [g for g in fams if g != f and agrees[g]]
             base = float(np.median([slopes[g] for g in others])) if others else None
-            if len(others) < MIN_COMPARATORS or not base > 0:
-                out[f] = {"slope": slopes[f], "others_median_slope": base, "compared_with": others,
-                          "ratio": None, "ci95": None}
+            if len(others) < MIN_COMPARATORS or not base > 0 or len(rows[f]) < MIN_PROXY_GOLD:
+                out[f] = {"slope": slopes[f] if len(rows[f]) >= MIN_PROXY_GOLD else None,
+                          "others_median_slope": base, "compared_with": others, "ratio": None, "ci95": None}
                 continue
             base_b = np.median(np.stack([boot[g] for g in others]), axis=0)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -325,8 +353,44 @@ class SamplesAudit:
                       "per_run": {c["run"]: n for c, n in zip(cells, need)}}
         return out
 
+    def table_facts(self) -> dict:
+        """What the report says about the table beside the claims: rows left out as superseded, rows without a
+        proxy (per cell, and how their cells were certified), and the generation settings of each run."""
+        cells = {}
+        for r in self.t.runs:
+            for f in self.t.families:
+                n = self.t.missing_proxy(r, f)
+                if n:
+                    cells.setdefault(r, {})[f] = {"missing": n, "of": self.cell(r, f)["n_samples"]}
+        n_missing = sum(v["missing"] for fs in cells.values() for v in fs.values())
+        gen = self.t.generation
+        records = {r: [_json_or_text(g) for g in gen.get(r, [])] for r in self.t.runs}
+        distinct = {g for recs in gen.values() for g in recs}
+        return {
+            "superseded_rows": int(self.t.n_superseded),
+            "missing_proxy": {
+                "rows": int(n_missing), "of_rows": int(self.t.n_rows), "cells": cells,
+                "handling": None if not n_missing else
+                "a cell with rows without a proxy is certified from its gold rows alone (the gold-only interval: "
+                "valid whatever made the proxy missing, since the gold rows are a random subset of all the "
+                "cell's rows); the proxy-vs-gold claims use the gold rows that have a proxy"},
+            "generation": {"by_run": records if gen else {},
+                           "runs_without": [r for r in self.t.runs if not gen.get(r)] if gen else [],
+                           "same_for_every_run": (len(distinct) == 1 and all(gen.get(r) for r in self.t.runs))
+                           if gen else None}}
+
     def config_dict(self) -> dict:
         return dataclasses.asdict(self.cfg)
+
+
+def _json_or_text(text: str):
+    """A generation record as the object it encodes (its text when it is no JSON object)."""
+    import json
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return text
+    return v if isinstance(v, dict) else text
 
 
 def _pearson_lower(x, y, n_resamples, cfg) -> float:

@@ -22,10 +22,10 @@ import numpy as np
 
 from audit.core import exact_sums
 from . import cells as kept, columns
-from .rows import SAMPLE_COLUMNS, TableError
+from .rows import SAMPLE_COLUMNS, TableError, generation_by_run
 from .table import Table, check
 
-KEYS = ("sample_id", "run", "family", "prompt_id", "completion", "proxy_reward", "step")
+KEYS = ("sample_id", "run", "family", "prompt_id", "completion", "proxy_reward", "step", "superseded", "generation")
 
 
 def _block(b, names: dict, gold_ids, unique_ids_checked: bool = False) -> dict:
@@ -33,10 +33,17 @@ def _block(b, names: dict, gold_ids, unique_ids_checked: bool = False) -> dict:
     pass reads blocks the first has checked: it skips the sort that finds a duplicate id."""
     import pyarrow.compute as pc
     c = {k: b[names[k]] for k in KEYS if names.get(k) in b.column_names}
+    # a resumed run's superseded rows and rows without a proxy are read by this machine's reader, which leaves
+    # the first out and certifies the second's cells from gold alone (audit.samples.table, .estimates)
+    if "superseded" in c and columns.flags(c["superseded"]).any():
+        raise columns.Unusual("superseded rows (a resumed run's log) are not read on Ray")
+    if c["proxy_reward"].null_count:
+        raise columns.Unusual("rows without a proxy_reward (null) are not read on Ray")
     out = {"sample_id": columns.ids(c["sample_id"]), "run": columns.ids(c["run"]),
            "family": columns.ids(c["family"]), "prompt_id": columns.ids(c["prompt_id"]),
            "completion": columns.texts(c["completion"]), "proxy": columns.numbers(c["proxy_reward"]),
-           "step": columns.numbers(c["step"], allow_null=True) if "step" in c else None}
+           "step": columns.numbers(c["step"], allow_null=True) if "step" in c else None,
+           "generation": c.get("generation")}
     if not unique_ids_checked and not columns.distinct(out["sample_id"]):
         raise columns.Unusual("duplicate sample_id")
     out["is_gold"] = pc.is_in(out["sample_id"], value_set=gold_ids).to_numpy(zero_copy_only=False)
@@ -87,7 +94,9 @@ def _first_pass(b, names: dict, gold_ids, block: int, parts: int):
     n_gold = np.bincount(inv, weights=v["is_gold"], minlength=len(cell_names)).astype(int)
     s1 = exact_sums.sums(v["proxy"], inv, len(cell_names))
     key = _partition(v["sample_id"], parts)
-    return (({"n": len(v["proxy"]), "runs": runs, "has_step": v["step"] is not None,
+    from .table import _generation
+    gen = {} if v["generation"] is None else _generation(v["run"], v["generation"])
+    return (({"n": len(v["proxy"]), "runs": runs, "has_step": v["step"] is not None, "generation": gen,
               "cells": {c: (int(n_all[k]), int(n_gold[k]), s1[k]) for k, c in enumerate(cell_names)},
               "gold": _rows(v, v["is_gold"], block)},)
             + tuple(v["sample_id"].filter(pa.array(key == p)) for p in range(parts)))
@@ -243,6 +252,9 @@ def load_on_ray(settings: dict, design) -> Table:
         summaries[c] = kept.summary(n - ng, exact_sums.Moments(n, s1), h, p["intercept"], p["slope"], pvalue)
     t = _table(sp, gp, rows, gid, gv, runs, families, summaries, sum(r["n"] for r in first),
                all(r["has_step"] for r in first), int(settings.get("seed", 0)))
+    # each run's distinct generation records over the blocks, in their order: the row reader's own merge
+    pairs = [(run, g) for r in first for run, recs in r["generation"].items() for g in recs]
+    t.generation = generation_by_run([run for run, _ in pairs], [g for _, g in pairs])
     problems: list[str] = []
     check(t, settings.get("reference"), design, problems)
     if problems:
@@ -302,11 +314,12 @@ def _concat(parts: list[dict]) -> dict:
 
 
 def _table(sp, gp, rows: dict, gid, gv, runs, families, summaries, n_rows, has_step, seed) -> Table:
+    import pyarrow as pa
     import pyarrow.compute as pc
     sid = rows["sample_id"]
     gold = np.full(len(sid), np.nan)
     found = pc.is_in(sid, value_set=gid).to_numpy(zero_copy_only=False)
-    gold[found] = gv[pc.index_in(sid.filter(found), value_set=gid).to_numpy()]
+    gold[found] = gv[pc.index_in(sid.filter(pa.array(found)), value_set=gid).to_numpy()]   # pyarrow < 15 takes no numpy mask
     run_code = np.array([runs.index(r) for r in rows["run"].to_pylist()], np.int32)
     fam_at = {f: k for k, f in enumerate(families)}
     family_code = np.array([fam_at[f] for f in rows["family"].to_pylist()], np.int32)

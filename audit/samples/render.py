@@ -50,7 +50,7 @@ def _run_entry(d: dict, status: str | None, message: str) -> dict:
 
 def _certification(claim: dict | None, reference: str | None) -> dict:
     blank = {"run": None, "improved_over_reference": False, "estimated_true_quality": None, "ci95": None,
-             "ci95_gold_only": None, "reference_run": reference, "reference_true_quality": None, "delta": None,
+             "ci95_gold_only": None, "reference_run": reference, "reference_true_quality": None, "reference_ci95": None, "delta": None,
              "delta_ci95": None, "families_improved": [], "families_not_improved": [], "per_family": {}}
     if claim is None:
         return {**blank, "basis": f"NOT CERTIFIED: no evidence (claim {SHIPPED} was not recorded)."}
@@ -101,10 +101,14 @@ def build_answer(doc: dict) -> dict:
     stress = claims.one(STRESS)
     statuses = [c["status"] for c in claims.all()]
     meta = doc.get("meta") or {}
+    table = meta.get("table") or {}
     answer = {
         "inputs": {"samples": Path(meta.get("samples") or "").name or None,
                    "gold": Path(meta.get("gold") or "").name or None,
-                   "fingerprint": inputs_fingerprint(meta.get("input_hashes")), "seed": meta.get("seed")},
+                   "fingerprint": inputs_fingerprint(meta.get("input_hashes")), "seed": meta.get("seed"),
+                   "superseded_rows": table.get("superseded_rows")},
+        "missing_proxy": table.get("missing_proxy"),
+        "generation": table.get("generation"),
         "reference_run": reference,
         "certification": _certification(claims.one(SHIPPED), reference),
         "runs": runs,

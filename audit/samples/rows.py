@@ -17,7 +17,9 @@ from rlhf.errors import InputError
 from . import columns
 
 SAMPLE_COLUMNS = ("sample_id", "run", "family", "prompt_id", "completion", "proxy_reward")
-OPTIONAL_COLUMNS = ("prompt", "step")
+# superseded: a row of an interrupted attempt that a resumed run trained again (audit.integrations.writer), kept in
+# the file and left out of the table; generation: how the row was sampled (a JSON text the report shows per run)
+OPTIONAL_COLUMNS = ("prompt", "step", "superseded", "generation")
 GOLD_COLUMNS = ("sample_id", "gold")
 MAX_PER_FILE = 10
 
@@ -136,6 +138,26 @@ def _number(v):
     return None
 
 
+def _proxy(v):
+    """A proxy_reward: a finite number, NaN when missing (null or an empty cell: the row has no proxy), or None
+    when it is neither (a stored NaN or infinity, text that is no number)."""
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return math.nan
+    return _number(v)
+
+
+def _flag(v):
+    """The superseded marker: True, False, or None when it is neither."""
+    if v is None or isinstance(v, bool):
+        return bool(v)
+    if isinstance(v, (int, float)):
+        return True if v == 1 else False if v == 0 else None
+    if isinstance(v, str):
+        t = v.strip().lower()
+        return True if t in columns.TRUE else False if t in columns.FALSE else None
+    return None
+
+
 def _completion(v):
     if isinstance(v, str):
         return v
@@ -183,11 +205,27 @@ def parse_samples(sp: Path, srows, mapping: dict, problems: list[str]) -> dict:
     and `has_step`."""
     col = lambda c: mapping.get(c, c)   # noqa: E731
     sid, run, fam, pid, comp, proxy, step, prompt, where = [], [], [], [], [], [], [], [], {}
+    generation, superseded = [], {}
     has_step = col("step") in srows[0][1]
     pr = _Problems(sp, problems)
     for loc, r in srows:
         ok = True
         vals = {}
+        gone = _flag(r.get(col("superseded")))
+        if gone is None:
+            pr.add(f"{loc}: column '{col('superseded')}': expected true or false, got {r.get(col('superseded'))!r}")
+            continue
+        if gone:        # out of the table: only its id is checked (ids stay unique over the whole file)
+            s_id = text_id(r.get(col("sample_id")))
+            if s_id is None:
+                pr.add(f"{loc}: column '{col('sample_id')}': expected a non-empty string or integer id, "
+                       f"got {r.get(col('sample_id'))!r}")
+            elif s_id in where:
+                pr.add(f"{loc}: column '{col('sample_id')}': duplicate id {s_id!r} (first at {where[s_id]})")
+            else:
+                where[s_id] = loc
+                superseded[s_id] = loc
+            continue
         for c in ("sample_id", "run", "family", "prompt_id"):
             vals[c] = text_id(r.get(col(c)))
             if vals[c] is None:
@@ -198,9 +236,10 @@ def parse_samples(sp: Path, srows, mapping: dict, problems: list[str]) -> dict:
             pr.add(f"{loc}: column '{col('completion')}': expected a string (or a list of token strings), "
                    f"got {type(r.get(col('completion'))).__name__}")
             ok = False
-        vals["proxy"] = _number(r.get(col("proxy_reward")))
+        vals["proxy"] = _proxy(r.get(col("proxy_reward")))
         if vals["proxy"] is None:
-            pr.add(f"{loc}: column '{col('proxy_reward')}': expected a finite number, got {r.get(col('proxy_reward'))!r}")
+            pr.add(f"{loc}: column '{col('proxy_reward')}': expected a finite number (or null: no proxy for this row), "
+                   f"got {r.get(col('proxy_reward'))!r}")
             ok = False
         st = None
         if has_step and r.get(col("step")) not in (None, ""):
@@ -219,9 +258,13 @@ def parse_samples(sp: Path, srows, mapping: dict, problems: list[str]) -> dict:
         pid.append(vals["prompt_id"]), comp.append(vals["completion"]), proxy.append(vals["proxy"])
         step.append(np.nan if st is None else st)
         prompt.append(_prompt(r.get(col("prompt"))))
+        g = r.get(col("generation"))
+        generation.append(None if g is None or g == "" else g if isinstance(g, str) else
+                          json.dumps(g, sort_keys=True, separators=(",", ":")))
     pr.close()
     return {"sample_id": sid, "run": run, "family": fam, "prompt_id": pid, "prompt": prompt, "completion": comp,
-            "proxy": proxy, "step": step, "where": where, "has_step": has_step}
+            "proxy": proxy, "step": step, "where": where, "has_step": has_step, "superseded": superseded,
+            "generation": generation}
 
 
 def _prompt(v) -> str:
@@ -280,6 +323,11 @@ def load_rows(sp: Path, gp: Path, mapping: dict, gold_range, problems: list[str]
             pg.add(f"{loc}: column '{col('sample_id')}': duplicate gold label for {s!r} (first at {gseen[s]})")
             continue
         gseen[s] = loc
+        if s in sm["superseded"]:
+            pg.add(f"{loc}: column '{col('sample_id')}': {s!r} labels a superseded row ({sm['superseded'][s]}: a "
+                   "checkpoint of an interrupted attempt that the resumed run trained again, left out of the "
+                   "audit): draw the rows to label again with python -m audit.samples draw-gold")
+            continue
         if s not in index:
             if s not in where:   # a samples row that had its own problem is already named
                 pg.add(f"{loc}: column '{col('sample_id')}': {s!r} is not a sample_id of {sp}")
@@ -294,6 +342,21 @@ def load_rows(sp: Path, gp: Path, mapping: dict, gold_range, problems: list[str]
         raise TableError(problems)
     text = lambda v: pa.array(v, pa.string())   # noqa: E731
     return (text(sid), text(run), text(fam), text(pid), columns.Texts(text(comp)), np.array(proxy, float), gold,
-            np.array(step, float) if has_step else None)
+            np.array(step, float) if has_step else None, extras(sm))
+
+
+def extras(sm: dict) -> dict:
+    """What the table keeps beside its columns (audit.samples.table.Table): the superseded rows left out, and the
+    generation settings of each run."""
+    return {"n_superseded": len(sm["superseded"]), "generation": generation_by_run(sm["run"], sm["generation"])}
+
+
+def generation_by_run(runs, generation) -> dict:
+    """{run: [its distinct generation records, in order of first appearance]} (runs without any left out)."""
+    out: dict = {}
+    for r, g in zip(runs, generation):
+        if g is not None and g not in out.setdefault(r, []):
+            out[r].append(g)
+    return {r: v for r, v in out.items() if v}
 
 

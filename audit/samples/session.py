@@ -57,3 +57,8 @@ def open_audit(settings: dict, saved=None) -> SamplesAudit:
 
 def input_hashes(settings: dict) -> dict:
     return {Path(settings[k]).name: table_sha256(settings[k]) for k in ("samples", "gold")}
+
+
+def inputs(audit: SamplesAudit) -> list:
+    """The input files a samples claim read (their names: the evidence records them per claim)."""
+    return [Path(audit.t.samples_path).name, Path(audit.t.gold_path).name]

@@ -83,6 +83,10 @@ def corrupt(table, spec: dict, texts: dict | None = None) -> np.ndarray:
     proxy = table.proxy.copy()
     for f, (kind, param) in spec.items():
         rows = table.family_rows(f)
+        present = ~np.isnan(proxy[rows])     # a missing proxy stays missing (its cell is certified from gold alone)
+        rows = rows[present]
+        if not len(rows):
+            continue
         x = proxy[rows]
         if kind == "rescale":
             x = x.mean() + param * (x - x.mean())
@@ -99,7 +103,7 @@ def corrupt(table, spec: dict, texts: dict | None = None) -> np.ndarray:
             x[sel] = 2 * x[sel].mean() - x[sel]
         elif kind == "gamed_token":
             tok, bonus = param
-            counts = np.array([text.split().count(tok) for text in _texts(table, f, texts)], float)
+            counts = np.array([text.split().count(tok) for text in _texts(table, f, texts)], float)[present]
             x = x + bonus * x.std() * counts
         proxy[rows] = x
     return proxy
@@ -110,7 +114,7 @@ def _flags(audit, agreement: dict) -> dict:
     out = {}
     for f, a in agreement.items():
         s = a["scale"]["ci95"]
-        out[f] = {"proxy.agrees_with_gold": not a["ci95"][0] > thr,
+        out[f] = {"proxy.agrees_with_gold": a["ci95"] is None or not a["ci95"][0] > thr,
                   "proxy.on_common_scale": s is not None and (s[0] > r or s[1] < 1 / r)}
         out[f]["flag (either)"] = out[f]["proxy.agrees_with_gold"] or out[f]["proxy.on_common_scale"]
     return out

@@ -2,8 +2,14 @@
 checked against the sampling design that the intervals assume (docs/samples.md). Generic: a run, a family
 (slice) and a completion are opaque strings here; nothing depends on this project's tokens or checkpoints.
 
-samples: sample_id, run, family, prompt_id, completion, proxy_reward  (optional: prompt, step)
+samples: sample_id, run, family, prompt_id, completion, proxy_reward  (optional: prompt, step, superseded,
+         generation)
 gold:    sample_id, gold
+
+A row marked superseded (a checkpoint of an interrupted attempt that the resumed run trained again:
+audit.integrations.writer) is left out of the table: counted, its id kept unique, a gold label on it refused. A
+proxy_reward that is null (or NaN) is a row without a proxy: kept, counted, and its cell certified from the gold
+rows alone (audit.samples.estimates).
 
 Design (what the intervals need): within every run x family cell, the gold rows are a simple random subset of
 the cell's samples, and the cell's samples are draws from the run's policy on the family's prompts. The audit
@@ -65,6 +71,8 @@ class Table:
     summaries: dict = field(default_factory=dict)
     n_rows: int | None = None
     kept_for_seed: int | None = None   # the seed whose stress subsample the kept rows hold
+    n_superseded: int = 0              # rows of the file left out: superseded by a resumed run
+    generation: dict = field(default_factory=dict)   # run -> its distinct generation records (JSON texts)
 
     def __post_init__(self):
         if self.n_rows is None:
@@ -109,7 +117,15 @@ class Table:
         return Table(self.samples_path, self.gold_path, self.sample_id.take(rows), self.run_code[rows],
                      self.family_code[rows], self.prompt_code[rows], self.completion.subset(rows), self.proxy[rows],
                      self.gold[rows], None if self.step is None else self.step[rows], list(self.runs),
-                     list(self.families), list(self.prompts), self.design, self.reference)
+                     list(self.families), list(self.prompts), self.design, self.reference,
+                     n_superseded=self.n_superseded, generation=self.generation)
+
+    def missing_proxy(self, run: str, family: str) -> int:
+        """Rows of the cell without a proxy (null in the samples file), a summarised cell's included."""
+        summ = self.summaries.get((run, family))
+        if summ is not None:
+            return int(summ.get("n_missing_proxy", 0))
+        return int(np.isnan(self.proxy[self.cell(run, family)]).sum())
 
 
 def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str | None = None,
@@ -139,13 +155,14 @@ def load(samples_path, gold_path, *, mapping: dict | None = None, reference: str
     return t
 
 
-def _table(sp, gp, sid, run, fam, pid, comp, proxy, gold, step) -> Table:
+def _table(sp, gp, sid, run, fam, pid, comp, proxy, gold, step, extras=None) -> Table:
     """The Table of validated columns (Arrow arrays or their Parquet dictionaries; completions as Texts; proxy,
-    gold, step as float arrays)."""
+    gold, step as float arrays); extras: n_superseded and generation (audit.samples.rows.extras)."""
     run_code, runs = columns.categorical(run)
     fam_code, fams = columns.categorical(fam, "sorted")
     pcode, prompts = columns.categorical(pid)
-    return Table(str(sp), str(gp), sid, run_code, fam_code, pcode, comp, proxy, gold, step, runs, fams, prompts)
+    return Table(str(sp), str(gp), sid, run_code, fam_code, pcode, comp, proxy, gold, step, runs, fams, prompts,
+                 **(extras or {}))
 
 
 def load_samples(samples_path, mapping: dict | None = None):
@@ -161,31 +178,54 @@ def load_samples(samples_path, mapping: dict | None = None):
     except columns.Unusual:
         return None
     prompt = cols.pop()
-    return _table(sp, sp, *cols[:6], np.full(len(cols[0]), np.nan), cols[6]), prompt
+    return _table(sp, sp, *cols[:6], np.full(len(cols[0]), np.nan), cols[6], cols[7]), prompt
 
 
 def _sample_columns(sfiles: list, sfmt: str, mapping: dict, prompt: bool = False) -> list:
-    """[sample_id, run, family, prompt_id, completion Texts, proxy, step (or None)] (+ the prompt Texts) of the
-    samples files; columns.Unusual at anything but a plainly valid table."""
+    """[sample_id, run, family, prompt_id, completion Texts, proxy, step (or None), extras] (+ the prompt Texts)
+    of the samples files' rows in force (superseded rows left out); columns.Unusual at anything but a plainly
+    valid table."""
+    import pyarrow as pa
     col = lambda c: mapping.get(c, c)   # noqa: E731
     # completions stay in Parquet files, read where a claim needs them (lists of tokens are joined in memory)
     lazy_text = sfmt == "parquet" and columns.lazy_parquet_texts(sfiles, col("completion"))
     need = [col(c) for c in SAMPLE_COLUMNS if not (lazy_text and c == "completion")]
-    optional = [col("step")] + ([col("prompt")] if prompt and sfmt != "parquet" else [])
-    st = columns.read(sfiles, sfmt, need, optional, categorical=[col(c) for c in ("run", "family", "prompt_id")])
+    optional = ([col("step"), col("superseded"), col("generation")]
+                + ([col("prompt")] if prompt and sfmt != "parquet" else []))
+    st = columns.read(sfiles, sfmt, need, optional, categorical=[col(c) for c in ("run", "family", "prompt_id",
+                                                                                   "generation")])
     if st.num_rows == 0:
         raise columns.Unusual("no rows")
+    sid = columns.ids(st[col("sample_id")])
+    if not columns.distinct(sid):          # over the whole file: a superseded row's id stays its own
+        raise columns.Unusual("duplicate sample_id")
+    n_superseded = 0
+    if col("superseded") in st.column_names:
+        gone = columns.flags(st[col("superseded")])
+        n_superseded = int(gone.sum())
+        if n_superseded and sfmt == "parquet":
+            # the Parquet texts are read by row position in the files: the row reader takes this rare case
+            raise columns.Unusual("superseded rows in Parquet")
+        if n_superseded:
+            keep = pa.array(~gone)
+            st, sid = st.filter(keep), sid.filter(keep)
+            if st.num_rows == 0:
+                raise columns.Unusual("no rows in force")
     if lazy_text:
         comp = columns.Texts(files=sfiles, column=col("completion"), n=st.num_rows)
     else:
         comp = columns.Texts(columns.texts(st[col("completion")]))
-    sid = columns.ids(st[col("sample_id")])
-    if not columns.distinct(sid):
-        raise columns.Unusual("duplicate sample_id")
     run, fam, pid = (st[col(c)] for c in ("run", "family", "prompt_id"))
-    proxy = columns.numbers(st[col("proxy_reward")])
+    proxy = columns.numbers(st[col("proxy_reward")], allow_null=True)     # null: no proxy (NaN here)
     step = columns.numbers(st[col("step")], allow_null=True) if col("step") in st.column_names else None
-    out = [sid, run, fam, pid, comp, proxy, step]
+    extras = {"n_superseded": n_superseded, "generation": {}}
+    if col("generation") in st.column_names:
+        gen = st[col("generation")]
+        typ = gen.type.value_type if pa.types.is_dictionary(gen.type) else gen.type
+        if not (pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_null(typ)):
+            raise columns.Unusual("generation column not text")      # a JSON object per row: the row reader
+        extras["generation"] = _generation(run, gen)
+    out = [sid, run, fam, pid, comp, proxy, step, extras]
     if prompt:      # optional and free text: "" where missing or null (as the row reader gives it)
         if sfmt == "parquet":
             out.append(columns.Texts(files=sfiles, column=col("prompt"), n=st.num_rows, nullable=True))
@@ -196,6 +236,26 @@ def _sample_columns(sfiles: list, sfmt: str, mapping: dict, prompt: bool = False
     return out
 
 
+def _generation(run, gen) -> dict:
+    """{run: its distinct generation records in order of first appearance} from two columns (one pass over
+    their codes, not over the rows' strings)."""
+    import pyarrow as pa
+    from .rows import generation_by_run
+    if pa.types.is_null(gen.type):
+        return {}
+    rc, runs = columns.categorical(run)
+    gen = pa.chunked_array([gen]) if isinstance(gen, pa.Array) else gen
+    gen = gen.unify_dictionaries().combine_chunks() if pa.types.is_dictionary(gen.type) else \
+        gen.combine_chunks().dictionary_encode()
+    values = gen.dictionary.to_pylist()
+    codes = gen.indices.to_numpy(zero_copy_only=False) if not gen.null_count else \
+        np.array([-1 if v is None else v for v in gen.indices.to_pylist()])
+    pairs = np.unique(np.stack([rc.astype(np.int64), codes]), axis=1, return_index=True)[1]
+    firsts = sorted(pairs)
+    return generation_by_run([runs[rc[i]] for i in firsts],
+                             [None if codes[i] < 0 or values[codes[i]] == "" else values[codes[i]] for i in firsts])
+
+
 def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Table:
     """The fast path: raises columns.Unusual at anything but a plainly valid table."""
     col = lambda c: mapping.get(c, c)   # noqa: E731
@@ -203,7 +263,7 @@ def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Ta
     gfiles, gfmt, bad2 = columns.shard_files(gp)
     if bad or bad2:
         raise columns.Unusual(bad or bad2)
-    sid, run, fam, pid, comp, proxy, step = _sample_columns(sfiles, sfmt, mapping)
+    sid, run, fam, pid, comp, proxy, step, extras = _sample_columns(sfiles, sfmt, mapping)
     gt = columns.read(gfiles, gfmt, [col("sample_id"), col("gold")])
     if gt.num_rows == 0:
         raise columns.Unusual("no gold rows")
@@ -214,7 +274,7 @@ def _load_columns(sp: Path, gp: Path, mapping: dict, design: DesignConfig) -> Ta
         raise columns.Unusual("gold outside the range")
     gold = np.full(len(sid), np.nan)
     gold[columns.positions(gid, sid)] = gv
-    return _table(sp, gp, sid, run, fam, pid, comp, proxy, gold, step)
+    return _table(sp, gp, sid, run, fam, pid, comp, proxy, gold, step, extras)
 
 
 def check(t: Table, reference, design: DesignConfig, problems: list[str]) -> None:
@@ -253,10 +313,20 @@ def _check_design(t: Table, reference, design: DesignConfig, problems: list[str]
             t.design[(r, f)] = {"p_value": None, "level": level, "random": True, "n_gold": len(g), "n_unlabeled": 0,
                                 "test": "none: every row labelled"}
             continue
-        p = float(stats.ks_2samp(t.proxy[g], t.proxy[u]).pvalue) if summ is None else summ["ks_p_value"]
+        if summ is None:
+            x = t.proxy[idx]
+            missing = np.isnan(x)
+            if missing.any():   # a missing proxy as a value below every other: the test sees its share too
+                x = np.where(missing, (np.nanmin(x) if not missing.all() else 0.0) - 1.0, x)
+            lab = ~np.isnan(t.gold[idx])
+            p = float(stats.ks_2samp(x[lab], x[~lab]).pvalue)
+        else:
+            p = summ["ks_p_value"]
         ok = p >= level
         t.design[(r, f)] = {"p_value": p, "level": level, "random": ok, "n_gold": len(g), "n_unlabeled": n_u,
-                            "test": "two-sample Kolmogorov-Smirnov, gold rows' proxy vs the cell's unlabelled rows"}
+                            "test": "two-sample Kolmogorov-Smirnov, gold rows' proxy vs the cell's unlabelled rows"
+                                    + (" (a missing proxy counted below every other)" if t.missing_proxy(r, f)
+                                       else "")}
         if not ok and design.nonrandom_gold == "refuse":
             problems.append(f"{t.gold_path}: {where}: the {len(g)} gold rows' proxy_reward is distributed unlike "
                             f"the cell's other {len(u)} rows (KS p = {p:.2g} < {level:.2g}, i.e. {design.alpha:g} "
@@ -280,7 +350,7 @@ def save(t: Table, path: Path) -> None:
     meta = {"samples_path": t.samples_path, "gold_path": t.gold_path, "runs": t.runs, "families": t.families,
             "reference": t.reference, "design": [[r, f, d] for (r, f), d in t.design.items()],
             "summaries": [[r, f, d] for (r, f), d in t.summaries.items()], "n_rows": t.n_rows,
-            "kept_for_seed": t.kept_for_seed,
+            "kept_for_seed": t.kept_for_seed, "n_superseded": t.n_superseded, "generation": t.generation,
             "texts": None if t.completion.array is not None else
             {"files": [str(f) for f in t.completion.files], "column": t.completion.column}}
     tab = pa.table(cols).replace_schema_metadata({"audit.samples": json.dumps(meta)})
@@ -308,5 +378,6 @@ def read_saved(path: Path) -> Table:
               num("step") if "step" in tab.column_names else None, meta["runs"], meta["families"],
               prompts["prompt_id"].to_pylist(), {(r, f): d for r, f, d in meta["design"]}, meta["reference"],
               summaries={(r, f): d for r, f, d in meta["summaries"]}, n_rows=meta["n_rows"],
-              kept_for_seed=meta["kept_for_seed"])
+              kept_for_seed=meta["kept_for_seed"], n_superseded=meta.get("n_superseded", 0),
+              generation=meta.get("generation") or {})
     return t

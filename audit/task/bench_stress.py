@@ -23,7 +23,7 @@ from .diagnostic import DiagnosticConfig
 from .recovery import RecoveryConfig, recover_rubrics
 from .stress import StressConfig, stress
 from .task_dir import load_task
-from rlhf.cli import Parser, nonneg_int, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, nonneg_int, positive_int, seed_arg
 
 
 PATHS = {"serial": dict(stacked=False), "stacked": dict(stacked=True, share_stand_in_runs=True),
@@ -31,7 +31,7 @@ PATHS = {"serial": dict(stacked=False), "stacked": dict(stacked=True, share_stan
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m audit.bench_stress", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m audit.bench_stress", description=first_paragraph(__doc__))
     ap.add_argument("--task", required=True)
     ap.add_argument("--examples", type=nonneg_int, default=1, help="corrupted batches besides the clean one")
     ap.add_argument("--seed", type=seed_arg, default=0)

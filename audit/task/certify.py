@@ -25,11 +25,12 @@ import sys
 import time
 from pathlib import Path
 
-from rlhf.cli import Parser, seed_arg
+from rlhf.cli import Parser, first_paragraph, seed_arg
 from rlhf.errors import EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 
 from audit.core import claims_runner, out_lock
-from audit.core.claims_runner import ROOT, run_claims_and_render
+from audit.core.claims_runner import run_claims_and_render
+from audit.core.resources import claims_pytest_args
 
 STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
 EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified (rlhf.errors: 0, 1, 2, 3 every CLI's)
@@ -40,7 +41,7 @@ def refuse(lines, out: Path) -> int:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m audit.certify", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m audit.certify", description=first_paragraph(__doc__),
                                  epilog="exit status: 0 the audit ran; 2 bad input or usage (nothing written); "
                                         "1 internal failure; 3 with --fail-if-not-certified: not certified")
     ap.add_argument("--task", required=True)
@@ -55,6 +56,10 @@ def main(argv=None) -> int:
                     help="run the stress batches as Ray tasks on the cluster at ADDRESS ('local': a Ray started "
                          "here; default: stacked, in this process); docs/diagnostic.md")
     ap.add_argument("--no-figures", action="store_true")
+    ap.add_argument("--junitxml", default=None, metavar="PATH",
+                    help="also write pytest's JUnit XML report of the claims to PATH: one test case per claim (its id "
+                         "in the case's `claim` property), passed exactly when evidence.json says pass; for CI "
+                         "dashboards")
     ap.add_argument("--fail-if-not-certified", action="store_true",
                     help="exit 3 when the audit ran but did not certify the shipped policy (CI gating)")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -93,14 +98,15 @@ def _run(a, out: Path, task: Path, command: str, lock) -> int:
         staging.mkdir()
     except OSError as e:
         return refused([f"--out {out}: cannot be written ({e.strerror})"])
-    evidence = staging / "evidence.json"
+    evidence = (staging / "evidence.json").resolve()    # absolute: the pytest child runs in the staging dir
     print(f"[certify] running the claims in checks/ on {task} (seed {a.seed}, preset {a.preset})", flush=True)
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "checks" / "task"), "-q", "-p", "no:cacheprovider", "--rootdir",
-           str(ROOT), "--task", str(task.resolve()), "--seed", str(a.seed), "--evidence", str(evidence),
+    cmd = [sys.executable, "-m", "pytest", *claims_pytest_args("task"), "-q", "--task", str(task.resolve()),
+           "--seed", str(a.seed), "--evidence", str(evidence),
            "--audit-out", str(out.resolve()), "--audit-preset", a.preset, "--audit-command", command,
            *(["--stress-examples", str(a.stress_examples)] if a.stress_examples is not None else []),
            *(["--stress-ray", a.ray] if a.ray else []),
-           "-o", "console_output_style=count",
+           *(["--junitxml", str(Path(a.junitxml).resolve()), "-o", "junit_suite_name=rlhf-audit-claims"]
+             if a.junitxml else []),
            "--capture=sys"]   # sys-level capture leaves fd 2 alone: the per-stage progress lines reach the terminal
     from .claim_names import ROLES
     from .render import render

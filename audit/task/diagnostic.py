@@ -56,7 +56,7 @@ from audit.core.hazard import hazard_labels, hazard_margin, hazardous, kept_shar
 from .diagnostic_band import TOO_CLOSE, add_calls, settle_recipe, to_settle
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
-from rlhf.cli import Parser, check_fields, nonneg_float, nonneg_int, positive_float, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, check_fields, nonneg_float, nonneg_int, positive_float, positive_int, seed_arg
 
 
 _LONG = ("--steps 750 --lr 6e-4: SPEC's optimisation distance (lr x steps 0.45) in half its steps, about 3x the "
@@ -496,7 +496,7 @@ def config_from_args(a: argparse.Namespace) -> DiagnosticConfig:
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m audit.diagnostic", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m audit.diagnostic", description=first_paragraph(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--rm-dir", required=True, help="rm.safetensors, config.json and its train.jsonl QA sample")
     ap.add_argument("--policy-dir", required=True, help="the reference policy")

@@ -77,7 +77,8 @@ def _status_word(status: str) -> str:
 def _certification(shipped: dict | None) -> dict:
     if shipped is None:
         return {"improved_over_reference": False, "estimated_true_quality": None, "ci95": None,
-                "reference_true_quality": None, "families_improved": [], "families_not_improved": [],
+                "reference_true_quality": None, "reference_ci95": None, "delta": None, "delta_ci95": None,
+                "families_improved": [], "families_not_improved": [],
                 "per_family": {},
                 "basis": f"NOT CERTIFIED: no evidence (claim {SHIPPED} was not recorded)."}
     d = shipped["details"]
@@ -108,7 +109,8 @@ def _certification(shipped: dict | None) -> dict:
         if measured_basis:
             basis += f" Measured: {measured_basis}"
     return {"improved_over_reference": improved, "estimated_true_quality": est, "ci95": ci,
-            "reference_true_quality": ref,
+            "reference_true_quality": ref, "reference_ci95": _first(d.get("reference_ci95")),
+            "delta": src.get("delta"), "delta_ci95": src.get("delta_ci95"),
             "families_improved": list(src.get("families_improved") or []),
             "families_not_improved": list(src.get("families_not_improved") or []),
             "per_family": per_family, "basis": basis}

@@ -43,13 +43,24 @@ def samples_audit_of(config):
 def pytest_sessionstart(session):
     """The evidence's meta: the two input files' hashes and the settings (after the plugin's own meta)."""
     from audit.samples.session import input_hashes
-    from checks.evidence_plugin import recorder_of
+    from audit.checks.evidence_plugin import recorder_of
     config = session.config
     s = _settings(config)
     rec = recorder_of(config)
     rec.meta.update({"task_dir": None, "samples": s["samples"], "gold": s["gold"],
                      "input_hashes": input_hashes(s)})
     rec.config.update({"samples_settings": s})
+
+
+def pytest_collection_finish(session):
+    """The evidence's meta: what the report says about the table beside the claims (superseded rows left out,
+    rows without a proxy, each run's generation settings: SamplesAudit.table_facts)."""
+    from audit.checks.evidence_plugin import recorder_of
+    try:
+        facts = samples_audit_of(session.config).table_facts()
+        recorder_of(session.config).meta["table"] = facts
+    except Exception:  # noqa: BLE001 - a table that does not load errs every claim; the claims report it
+        return
 
 
 def pytest_generate_tests(metafunc):
@@ -74,8 +85,3 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="session")
 def samples_audit(pytestconfig):
     return samples_audit_of(pytestconfig)
-
-
-def inputs(audit) -> list:
-    from pathlib import Path
-    return [Path(audit.t.samples_path).name, Path(audit.t.gold_path).name]

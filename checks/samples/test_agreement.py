@@ -3,7 +3,7 @@ and is it on the same scale as on the other families?"""
 import numpy as np
 import pytest
 
-from checks.samples.conftest import inputs
+from audit.samples.session import inputs
 
 MAX_POINTS = 300       # proxy-vs-gold points kept per family for the scatter figure
 
@@ -28,6 +28,9 @@ def test_proxy_agrees_with_gold(samples_audit, evidence, sample_family):
                              "per_run_pearson": a["per_run_pearson"], "points": _points(samples_audit, sample_family),
                              "gold_budget": budget},
                     inputs=inputs(samples_audit))
+    if a["ci95"] is None:        # no gold row (or too few) has a proxy: nothing to judge, and nothing to trust
+        pytest.skip(f"{sample_family}: {a['method']} (the proxy is missing on the others): its agreement with gold "
+                    "cannot be evaluated")
     lo, hi = a["ci95"]
     if not lo > thr:
         pytest.fail(f"{sample_family}: proxy-gold Pearson {a['pearson']:.2f}, CI [{lo:.2f}, {hi:.2f}] not above "

@@ -3,7 +3,7 @@
 pass the release rule?"""
 import pytest
 
-from checks.samples.conftest import inputs
+from audit.samples.session import inputs
 
 
 

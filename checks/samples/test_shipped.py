@@ -2,7 +2,7 @@
 quality), improved over the reference by how much, with which families improved."""
 import pytest
 
-from checks.samples.conftest import inputs
+from audit.samples.session import inputs
 
 
 @pytest.mark.claim("shipped.improves_over_reference")
@@ -13,7 +13,7 @@ def test_shipped_improves_over_reference(samples_audit, evidence):
     if s["run"] is None:
         evidence.record(details={"certification": {"run": None, "improved_over_reference": False,
                                                    "reference_true_quality": ref["estimated_true_quality"],
-                                                   "basis": s["reason"]}}, inputs=inputs(a))
+                                                   "reference_ci95": ref["ci95"], "basis": s["reason"]}}, inputs=inputs(a))
         pytest.fail(s["reason"], pytrace=False)
     v = a.runs[s["run"]]
     per = v["per_family"]
@@ -25,7 +25,7 @@ def test_shipped_improves_over_reference(samples_audit, evidence):
     cert = {"run": s["run"], "improved_over_reference": v["delta_ci95"][0] > 0,
             "estimated_true_quality": v["estimated_true_quality"], "ci95": v["ci95"],
             "ci95_gold_only": v["ci95_gold_only"], "reference_true_quality": ref["estimated_true_quality"],
-            "delta": v["delta"], "delta_ci95": v["delta_ci95"],
+            "reference_ci95": ref["ci95"], "delta": v["delta"], "delta_ci95": v["delta_ci95"],
             "families_improved": improved, "families_not_improved": [f for f in a.t.families if f not in improved],
             "per_family": {f: {"estimate": per[f]["estimate"], "ci95": per[f]["ci95"],
                                "reference": per[f]["reference"], "delta_ci95": per[f]["delta_ci95"]}

@@ -3,7 +3,7 @@ corruptions drawn by hypothesis, the truth unchanged. The claim holds when the f
 that leave the proxy no information on a family (shuffled, inverted) and rarely flags an untouched family."""
 import pytest
 
-from checks.samples.conftest import inputs
+from audit.samples.session import inputs
 
 MIN_DETECTION = 0.8        # of shuffled / wholly inverted families that passed on the table as given
 MAX_FALSE_ALARM = 0.1      # of untouched families that passed on the table as given

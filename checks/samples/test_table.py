@@ -1,7 +1,7 @@
 """The design the intervals assume: within each run x family cell, the gold rows are a random subset of its rows."""
 import pytest
 
-from checks.samples.conftest import inputs
+from audit.samples.session import inputs
 
 
 @pytest.mark.claim("gold.random_subset")

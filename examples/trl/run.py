@@ -4,9 +4,11 @@ from its logged samples with the three commands of README "Bring your own run" (
 1. A tiny randomly initialised causal LM (a transformers GPT-2 config, 2 layers, d 64; no download) and a word-level
    tokenizer built here.
 2. TRL's GRPOTrainer trains it against examples/trl/toy_task.py's proxy reward, which is corrupted on two slices
-   (a gamed token pays there). The packaged callback audit.integrations.trl.SamplesCallback logs every
-   checkpoint's samples (held-out prompts, every slice, temperature 1.0) with their proxy reward into
-   DIR/samples.jsonl: step-0 (the initial model, the reference), every --every steps and the last step.
+   (a gamed token pays there), saving a checkpoint every --every steps. The packaged callback
+   audit.integrations.trl.SamplesCallback logs every saved checkpoint's samples (held-out prompts, every slice,
+   drawn with the trainer's own generation settings: temperature 1.0, max_completion_length 6) with their proxy
+   reward (the trainer's reward function) into DIR/samples.jsonl: step-0 (the initial model, the reference) and
+   every checkpoint the trainer saves (the last step included), the checkpoint's path in each row.
 3. `python -m audit.samples draw-gold` draws a simple random subset of every checkpoint x slice into
    DIR/to_label.jsonl (the record of the draw beside it); the "experts" (the true quality function) fill in its
    `gold` column.
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--every", type=int, default=50, help="log a checkpoint's samples every N steps")
+    ap.add_argument("--every", type=int, default=50, help="save (and log) a checkpoint every N steps")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval-per-slice", type=int, default=150, help="held-out prompts per slice per checkpoint")
     ap.add_argument("--gold-per-cell", type=int, default=40, help="gold labels per checkpoint x slice")
@@ -106,15 +108,14 @@ def main(argv=None) -> int:
     lm = model(tok, a.seed)
     train = Dataset.from_list([{k: p[k] for k in ("prompt", "slice")} for p in prompts(256, rng, "train")])
     held_out = prompts(a.eval_per_slice, rng, "eval")
-    logger = SamplesCallback(held_out, trl_reward, tok, out / "samples.jsonl", every=a.every, max_new_tokens=6,
-                             family_key="slice", seed=a.seed)
     cfg = GRPOConfig(output_dir=str(out / "trainer"), per_device_train_batch_size=32, num_generations=8,
                      max_completion_length=6, learning_rate=a.lr, lr_scheduler_type="constant",
-                     max_steps=a.steps, logging_steps=50,
-                     report_to="none", save_strategy="no", use_cpu=True, seed=a.seed, temperature=1.0,
+                     max_steps=a.steps, logging_steps=50, report_to="none", save_strategy="steps",
+                     save_steps=a.every, use_cpu=True, seed=a.seed, temperature=1.0,
                      disable_tqdm=True, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=lm, reward_funcs=trl_reward, args=cfg, train_dataset=train,
-                          processing_class=tok, callbacks=[logger])
+    trainer = GRPOTrainer(model=lm, reward_funcs=trl_reward, args=cfg, train_dataset=train, processing_class=tok)
+    logger = SamplesCallback(trainer, held_out, out / "samples.jsonl", family_key="slice", batch_size=64)
+    trainer.add_callback(logger)
     trainer.train()
     rc = audit_samples("draw-gold", "--samples", out / "samples.jsonl", "--per-cell", a.gold_per_cell,
                        "--out", out / "to_label.jsonl", "--seed", a.seed)

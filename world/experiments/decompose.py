@@ -33,7 +33,7 @@ from ..calibrate import pearson, rm_agreement, rm_scores
 from ..config import Corruption, load_world_config
 from audit.task.corruption import count_row_mask, policy_favourites, wrong_lut
 from rlhf.atomic import check_out_file
-from rlhf.cli import Parser, seed_list
+from rlhf.cli import Parser, first_paragraph, seed_list
 from ..truth import load_truth, match_fraction, require_built_world
 
 REPLACED_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -148,7 +148,7 @@ def render(res: dict) -> str:
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m world.experiments.decompose", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.decompose", description=first_paragraph(__doc__),
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("world", type=Path)
     ap.add_argument("--rm-seeds", type=seed_list, default=[],

@@ -45,7 +45,7 @@ from rlhf.data import write_json
 from rlhf.errors import run_cli
 from rlhf.vocab import FAMILIES
 
-from rlhf.cli import Parser, positive_float, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, positive_float, positive_int, seed_arg
 from ..config import Corruption
 from ..hazard import hazard_labels
 from ..truth import require_built_world
@@ -207,7 +207,7 @@ def _wait(refs: list, what: str, say) -> list:
 
 def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: None) -> dict:
     import ray
-    ray.init(address="local" if address in (None, "local") else address,   # a Ray of its own unless an address is given
+    ray.init(address=address or "local",   # a Ray of its own unless an address is given
              include_dashboard=False,
              ignore_reinit_error=True, log_to_driver=False,
              configure_logging=False)
@@ -366,7 +366,7 @@ def table(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.diagnosis_bench", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.diagnosis_bench", description=first_paragraph(__doc__),
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("worlds", nargs="+")
     ap.add_argument("--rms", type=positive_int, default=None, help="RMs per world (default 8; quick 2)")

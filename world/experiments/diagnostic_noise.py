@@ -27,7 +27,7 @@ from rlhf.model import load_policy
 from rlhf.vocab import FAMILIES
 
 from rlhf.atomic import check_out_file
-from rlhf.cli import Parser, count_list, positive_int, seed_list
+from rlhf.cli import Parser, first_paragraph, count_list, positive_int, seed_list
 
 
 def kept(prep, pol_rm, pol_rub, cfg, eval_prompts=None) -> dict:
@@ -40,7 +40,7 @@ def kept(prep, pol_rm, pol_rub, cfg, eval_prompts=None) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.diagnostic_noise", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.diagnostic_noise", description=first_paragraph(__doc__),
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--task", required=True, help="a task dir (policy/, data/prompts_train.jsonl)")
     ap.add_argument("--rm-dir", required=True, help="the RM (rm.safetensors, config.json, train.jsonl)")

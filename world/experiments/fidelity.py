@@ -18,7 +18,7 @@ from rlhf.reward_model import load_rm
 from rlhf.vocab import FAMILIES
 
 from ..calibrate import pearson, rm_scores
-from rlhf.cli import Parser, seed_arg
+from rlhf.cli import Parser, first_paragraph, seed_arg
 from ..config import Corruption, preset
 from ..crowd import draw_crowd_batch, retrain_rm
 from ..truth import require_built_world
@@ -56,7 +56,7 @@ def fidelity(world: Path, seed: int = 7, full_epochs: int | None = None) -> dict
 
 
 def main(argv=None):
-    ap = Parser(prog="python -m world.experiments.fidelity", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.fidelity", description=first_paragraph(__doc__))
     ap.add_argument("world", type=Path)
     ap.add_argument("--seed", type=seed_arg, default=7, help="seed of the crowd batch")
     a = ap.parse_args(argv)

@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 from audit.core import bounded
-from rlhf.cli import Parser, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, positive_int, seed_arg
 from rlhf.errors import InputError, run_cli
 
 KINDS = ("binary", "three", "continuous")
@@ -230,7 +230,7 @@ def markdown(summary: dict, rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.interval_coverage", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.interval_coverage", description=first_paragraph(__doc__))
     ap.add_argument("--out", required=True, help="directory: grid.jsonl (one line a grid point), summary.json/.md")
     ap.add_argument("--reps", type=positive_int, default=2000, help="replicates per grid point (default 2000)")
     ap.add_argument("--seed", type=seed_arg, default=0)

@@ -28,7 +28,7 @@ from scipy import stats
 
 from audit.core import bounded
 from rlhf.atomic import atomic_write_text
-from rlhf.cli import Parser, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, positive_int, seed_arg
 from rlhf.errors import InputError, run_cli
 from world.experiments.interval_coverage import CONFIDENCE, KINDS, labels, proxy, today_cell, today_interval
 
@@ -170,7 +170,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.interval_methods", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.interval_methods", description=first_paragraph(__doc__))
     ap.add_argument("--reps", type=positive_int, default=150, help="cells per point (default 150)")
     ap.add_argument("--seed", type=seed_arg, default=0)
     ap.add_argument("--draws", type=positive_int, default=4000, help="Monte-Carlo draws of the door's bounds")

@@ -29,7 +29,7 @@ from rlhf.train_rl import RLTrainer
 from rlhf.vocab import FAMILIES
 
 from rlhf.atomic import check_out_file
-from rlhf.cli import Parser, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, positive_int, seed_arg
 from ..truth import load_truth, require_built_world, true_quality
 
 REWARDS = ("rubric", "rm", "hybrid")
@@ -78,7 +78,7 @@ def run(world: Path, kind: str, tables, rm, rm_families: set, seed: int, n_eval:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.reward_ablation", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.reward_ablation", description=first_paragraph(__doc__),
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("world")
     ap.add_argument("--rewards", default=",".join(REWARDS))

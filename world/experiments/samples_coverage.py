@@ -30,7 +30,7 @@ from rlhf.data import read_json_object, write_json
 from rlhf.errors import InputError, run_cli
 
 from rlhf.atomic import check_out_file
-from rlhf.cli import Parser, count_list, positive_int, seed_list
+from rlhf.cli import Parser, first_paragraph, count_list, positive_int, seed_list
 from ..export_samples import check_export, export
 from ..grade import exact_rule
 from ..truth import require_built_world
@@ -149,7 +149,7 @@ def markdown(per_budget: dict, summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.samples_coverage", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.samples_coverage", description=first_paragraph(__doc__))
     ap.add_argument("worlds", nargs="+")
     ap.add_argument("--samples", type=positive_int, default=1000, help="samples per run x family")
     ap.add_argument("--gold", type=count_list, default=[100, 50, 25],

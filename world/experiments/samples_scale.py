@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlhf.cli import Parser, seed_arg
+from rlhf.cli import Parser, first_paragraph, seed_arg
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,7 @@ def measured(cmd: list[str], env=None) -> tuple[float, float, int, str]:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.samples_scale", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.samples_scale", description=first_paragraph(__doc__))
     ap.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000])
     ap.add_argument("--tables", default=str(ROOT / "out" / "bench-tables"),
                     help="where the generated tables are kept between runs")

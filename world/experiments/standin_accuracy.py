@@ -36,7 +36,7 @@ from rlhf.reward_model import load_rm, score
 from rlhf.vocab import CONTENT0
 
 from rlhf.atomic import check_out_file
-from rlhf.cli import Parser, seed_list
+from rlhf.cli import Parser, first_paragraph, seed_list
 from ..truth import load_truth, require_built_world, rubric_tokens
 
 
@@ -87,7 +87,7 @@ def measure(world: Path, rm_dirs: list, cfg: DiagnosticConfig, seeds: list, eval
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.standin_accuracy", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.standin_accuracy", description=first_paragraph(__doc__),
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--world", required=True, help="a built world (task/ and oracle/)")
     ap.add_argument("--rm-dirs", required=True, help="comma-separated RM dirs (rm.safetensors, config.json, train.jsonl)")

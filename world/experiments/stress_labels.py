@@ -28,7 +28,7 @@ from rlhf.vocab import FAMILIES
 
 from ..hazard import _worker, strong_recipe
 from rlhf.atomic import check_out_file
-from rlhf.cli import Parser, positive_int, seed_arg
+from rlhf.cli import Parser, first_paragraph, positive_int, seed_arg
 from ..truth import require_built_world
 
 
@@ -70,7 +70,7 @@ def compare_labels(results: dict, oracle_gains: dict, rubric_gain: dict) -> dict
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.stress_labels", description=__doc__.splitlines()[0],
+    ap = Parser(prog="python -m world.experiments.stress_labels", description=first_paragraph(__doc__),
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--world", required=True, help="the built world (task/ and oracle/) the certify run audited")
     ap.add_argument("--stress-dir", required=True, help="OUT/.cache/<key>/stress of that certify run")

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rlhf.atomic import check_out_file
-from rlhf.cli import Parser, positive_int, seed_list
+from rlhf.cli import Parser, first_paragraph, positive_int, seed_list
 from rlhf.common import setup_torch
 from rlhf.data import read_json_object, write_json
 from rlhf.errors import InputError, run_cli
@@ -143,7 +143,7 @@ def markdown(rows: list[dict], s: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = Parser(prog="python -m world.experiments.task_coverage", description=__doc__.splitlines()[0])
+    ap = Parser(prog="python -m world.experiments.task_coverage", description=first_paragraph(__doc__))
     ap.add_argument("worlds", nargs="+", help="built worlds (python -m world build)")
     ap.add_argument("--out", required=True, help="directory: tasks/, certify outputs, task_coverage.json")
     ap.add_argument("--gold", type=positive_int, default=25, help="gold rows per family kept (default 25)")

@@ -1,0 +1,1 @@
+"""The samples door's claims (python -m audit.samples)."""

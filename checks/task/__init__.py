@@ -1,0 +1,1 @@
+"""The task door's claims (python -m audit.certify)."""
