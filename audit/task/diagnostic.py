@@ -107,7 +107,8 @@ class DiagnosticConfig:
     seed: int = field(default=0, metadata={"check": seed_arg})
     settle: bool = field(default=False, metadata={
         "help": "families too close to call after the run get the long mode (its recipe and replicates: "
-                "audit/task/diagnostic_band_measured.py, 'settle'), and are called again on its own measured band"})
+                "audit/task/diagnostic_band_measured.py, 'settle'), and are called again on its band (the default "
+                "recipe's while the long mode has none measured: it says so)"})
 
     def __post_init__(self):
         check_config(self)
@@ -337,9 +338,10 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
 def settle(out: dict, rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig, quiet=True) -> dict:
     """The families of `out` too close to call, called again by the long mode: the whole diagnostic at the
     settle recipe with its replicates (audit.task.diagnostic_band.settle_recipe), each such family's record
-    replaced by the long mode's, called on the long mode's own measured band, with its first call kept
-    (`first_call`). Families already called keep their call. Nothing runs when no family is too close.
-    out["settle"] says what ran, on which families, and its seconds."""
+    replaced by the long mode's, called on the long mode's band (band_for: the default recipe's, marked not
+    measured, until one is measured), with its first call kept (`first_call`). Families already called keep
+    their call. Nothing runs when no family is too close. out["settle"] says what ran, on which families, and its
+    seconds."""
     close = [f for f, v in out["families"].items() if v.get("call") == TOO_CLOSE]
     for v in out["families"].values():
         v["called_by"] = "long mode" if v.get("call") == TOO_CLOSE else "first run"

@@ -142,7 +142,7 @@ def _recipe_words(r: dict) -> str:
 
 
 def settle_recipe() -> dict:
-    """What --settle runs on the families too close to call: the measured long mode (steps, lr, replicates)."""
+    """What --settle runs on the families too close to call: the long mode (steps, lr, replicates)."""
     s = _measured()["settle"]
     return {"steps": s["steps"], "lr": s["lr"], "replicates": s["replicates"]}
 
