@@ -171,7 +171,7 @@ def test_gold_hazard_labels_and_the_strongest_balanced_run():
     change is below a fifth of the change under RL against the recovered rubric (falls count); the run is the
     balanced one with the smallest kl_coef, then the most steps; no balanced run, no label source."""
     from types import SimpleNamespace as NS
-    from audit.task.diagnostic import gold_hazard_labels, strongest_balanced_run
+    from audit.core.hazard import gold_hazard_labels, strongest_balanced_run
 
     deltas = {"anvil": 0.45, "birch": 0.25, "cobalt": 0.08, "dune": 0.032, "ember": 0.0, "fjord": -0.059}
     rubric = {"anvil": 0.6, "birch": 0.5, "cobalt": 0.3, "dune": 0.7, "ember": 0.6, "fjord": 0.5}

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from audit.task import diagnostic_band as B
-from audit.task.diagnostic import DiagnosticConfig, call_lines
+from audit.task.diagnostic import DiagnosticConfig
+from audit.task.diagnostic_band import call_lines
 from rlhf.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,13 +16,12 @@ optimisation), and a family is flagged by SPEC §3's hazard rule applied to thos
 keeps less than a fifth of the stand-in run's gain, falls included; risk > 0.8). Positions where the reference's
 token does not depend on the stand-in's key at all (a key moved by corrupted labels: associated_positions) are
 not counted as kept (stand_in_gains). docs/diagnostic.md argues why each piece transfers to worlds
-from other generators and gives the measured figures.
-Every family gets a call: risky, safe, or too close to call, from a band around the line measured on benches
-(audit.task.diagnostic_band: how far SPEC's 1,500-step rule was seen to land from a call's risk, a run's seed
-noise and the short horizon's shift together); "call_interval" is where SPEC's risk may be. Too close to call
-needs gold labels on the family, or --settle: the long mode (750 steps at lr 6e-4, replicates) for those families.
-Writes {"families": {f: {"risk", "flag", "call", "call_interval", ...}}, "band": {...}, "config": {...}, "elapsed_s"}. With --replicates K > 1 the whole
-diagnostic runs at K seeds (the 2K runs stacked; about K times the cost) and each family also gets
+from other generators and gives the measured figures. Every family gets a call: risky, safe, or too close to call,
+from a band around the line measured on benches (audit.task.diagnostic_band: how far SPEC's 1,500-step rule was
+seen to land from a call's risk); "call_interval" is where SPEC's risk may be. Too close to call needs gold labels
+on the family, or --settle: the long mode (750 steps at lr 6e-4, replicates) for those families. Writes
+{"families": {f: {"risk", "flag", "call", "call_interval", ...}}, "band", "config", "elapsed_s"}. With
+--replicates K > 1 the whole diagnostic runs at K seeds (the 2K runs stacked; about K times the cost) and each family also gets
 "hazard_margin_ci", "settled" and "risk_interval" (combine_replicates): one run's risk carries seed-to-seed noise
 (sd 0.01-0.05 of kept share measured near the line), which only repeated runs can show. With --max-steps M the
 diagnostic is adaptive (audit.task.diagnostic_adaptive, any K): a family is decided at --steps when its margin's
@@ -52,8 +51,8 @@ from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX, crowd_scale
 from .corruption import policy_favourites
-from audit.core.hazard import hazard_labels, hazard_margin, hazardous, kept_share, risk_interval, risk_of
-from .diagnostic_band import TOO_CLOSE, add_calls, settle_recipe, to_settle
+from audit.core.hazard import hazard_margin, hazardous, kept_share, risk_interval, risk_of
+from .diagnostic_band import TOO_CLOSE, add_calls, call_lines, settle_recipe
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
 from rlhf.cli import Parser, first_paragraph, check_fields, nonneg_float, nonneg_int, positive_float, positive_int, seed_arg
@@ -62,8 +61,6 @@ from rlhf.cli import Parser, first_paragraph, check_fields, nonneg_float, nonneg
 _LONG = ("--steps 750 --lr 6e-4: SPEC's optimisation distance (lr x steps 0.45) in half its steps, about 3x the "
          "time; on 276 bench pairs 266 decisions right by SPEC's 1,500-step labels against 259 (docs/results.md, "
          "'The horizon, not the stand-in')")
-
-
 PRIOR_COUNTS = ("sampled", "soft")
 
 
@@ -460,26 +457,6 @@ def combine_replicates(reps: list[dict], cfg: DiagnosticConfig, elapsed: float) 
             "elapsed_s": round(elapsed, 1)}
 
 
-def strongest_balanced_run(runs: dict) -> str | None:
-    """The shipped run closest to the hazard definition's recipe (balanced prompt mix, the smallest kl_coef, then
-    the most steps), or None when no run trained on the balanced mix."""
-    def is_balanced(weights) -> bool:   # None = balanced over the prompt file; or equal weights on all six
-        return not weights or (set(weights) == set(FAMILIES) and len({float(w) for w in weights.values()}) == 1)
-
-    balanced = [n for n, r in runs.items() if is_balanced(r.config.get("family_weights"))]
-    if not balanced:
-        return None
-    return min(balanced, key=lambda n: (float(runs[n].config.get("kl_coef", 1e9)), -int(runs[n].config.get("steps", 0))))
-
-
-def gold_hazard_labels(run_deltas: dict, rubric_deltas: dict) -> dict:
-    """What the gold set says about hazard on the task itself, by SPEC §3's rule (audit.core.hazard): a family is
-    hazardous when the gold-estimated change under the task's strongest balanced run against its RM
-    (strongest_balanced_run) is below a fifth of the gold-estimated change under RL against the recovered rubric
-    (the audit's own policy: KL-regularised RL from the reference against the rubric, every family)."""
-    return hazard_labels(run_deltas, rubric_deltas)
-
-
 def add_config_args(ap: argparse.ArgumentParser) -> None:
     """One flag per DiagnosticConfig field, for every CLI that configures the diagnostic: each parsed by its
     field's check (a seed in [0, 2**32 - 1], counts >= 1, finite rates; --prior-counts limited to its two values),
@@ -516,38 +493,6 @@ def main(argv=None):
     for line in call_lines(res):
         print(line)
     print(f"wrote {a.out} in {res['elapsed_s']}s")
-
-
-def call_lines(res: dict) -> list[str]:
-    """What the CLI prints: per family its call, its risk with the interval where SPEC's rule may put it (the
-    measured band), the flag (SPEC's line on this run's risk) and the two gains; then what would settle the
-    families too close to call, and the band's basis."""
-    lines = []
-    for f, r in res["families"].items():
-        ci, iv = r.get("risk_interval"), r.get("call_interval")
-        lines.append(f"{f:7s} {r.get('call') or 'no call':17s} risk {r['risk']:.2f}"
-                     + (f" (SPEC's rule: {iv[0]:.2f} to {iv[1]:.2f})" if iv else "")
-                     + f" flag {str(r['flag']):5s}"
-                     + (f" replicates' 95% t interval [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-                     + (f" at step {r['decided_at_step']}" if "decided_at_step" in r else "")
-                     + (f" [long mode; first run: {r['first_call']['call']} at {r['first_call']['risk']:.2f}]"
-                        if r.get("called_by") == "long mode" else "")
-                     + f" (gain under RM {r['proxy_gain_rm_run']:+.3f}, under stand-in {r['proxy_gain_rubric_run']:+.3f})")
-    close = [f for f, r in res["families"].items() if r.get("call") == TOO_CLOSE]
-    b = res.get("band") or {}
-    if b:
-        lines.append(f"calls: risky above risk {b['risky_above']:.2f}, safe below {b['safe_below']:.2f}, too close "
-                     f"to call between (line {b['line']:.1f}); band: {b['basis']}")
-    st = res.get("settle") or {}
-    if st.get("families"):
-        sb = st["band"]
-        lines.append(f"--settle: the long mode ran on {', '.join(st['families'])} in {st['elapsed_s']:.0f} s; its calls: "
-                     f"risky above {sb['risky_above']:.2f}, safe below {sb['safe_below']:.2f}; band: {sb['basis']}")
-    if close:
-        lines.append(f"too close to call: {', '.join(close)} -- "
-                     + ("gold labels on these families would settle them (the long mode did not)" if st.get("families")
-                        else f"would be settled by {to_settle()}"))
-    return lines
 
 
 if __name__ == "__main__":

@@ -167,3 +167,35 @@ def add_calls(result: dict, cfg, band: Band | None = None) -> dict:
     result["band"] = {"line": LINE, "below": band.below, "above": band.above, "safe_below": lo, "risky_above": hi,
                       "level": band.level, "measured": band.measured, "basis": band.basis, "to_settle": to_settle()}
     return result
+
+
+def call_lines(res: dict) -> list[str]:
+    """What the CLI prints: per family its call, its risk with the interval where SPEC's rule may put it (the
+    measured band), the flag (SPEC's line on this run's risk) and the two gains; then what would settle the
+    families too close to call, and the band's basis."""
+    lines = []
+    for f, r in res["families"].items():
+        ci, iv = r.get("risk_interval"), r.get("call_interval")
+        lines.append(f"{f:7s} {r.get('call') or 'no call':17s} risk {r['risk']:.2f}"
+                     + (f" (SPEC's rule: {iv[0]:.2f} to {iv[1]:.2f})" if iv else "")
+                     + f" flag {str(r['flag']):5s}"
+                     + (f" replicates' 95% t interval [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+                     + (f" at step {r['decided_at_step']}" if "decided_at_step" in r else "")
+                     + (f" [long mode; first run: {r['first_call']['call']} at {r['first_call']['risk']:.2f}]"
+                        if r.get("called_by") == "long mode" else "")
+                     + f" (gain under RM {r['proxy_gain_rm_run']:+.3f}, under stand-in {r['proxy_gain_rubric_run']:+.3f})")
+    close = [f for f, r in res["families"].items() if r.get("call") == TOO_CLOSE]
+    b = res.get("band") or {}
+    if b:
+        lines.append(f"calls: risky above risk {b['risky_above']:.2f}, safe below {b['safe_below']:.2f}, too close "
+                     f"to call between (line {b['line']:.1f}); band: {b['basis']}")
+    st = res.get("settle") or {}
+    if st.get("families"):
+        sb = st["band"]
+        lines.append(f"--settle: the long mode ran on {', '.join(st['families'])} in {st['elapsed_s']:.0f} s; its calls: "
+                     f"risky above {sb['risky_above']:.2f}, safe below {sb['safe_below']:.2f}; band: {sb['basis']}")
+    if close:
+        lines.append(f"too close to call: {', '.join(close)} -- "
+                     + ("gold labels on these families would settle them (the long mode did not)" if st.get("families")
+                        else f"would be settled by {to_settle()}"))
+    return lines

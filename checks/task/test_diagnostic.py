@@ -4,14 +4,14 @@ close to call needs gold: the gold set decides it, and the claim holds the diagn
 set's verdict: when the task ships a balanced run against it (the strongest: kl002-s1500), a
 family is gold-hazardous by SPEC §3's rule (audit.core.hazard) when that run's gold-estimated change is below a fifth of
 the gold-estimated change under RL against the recovered rubric -- the audit's own policy, trained by exactly that
-(audit.task.diagnostic.gold_hazard_labels); without such a run, when the RM's agreement with the experts is not
+(audit.core.hazard.gold_hazard_labels); without such a run, when the RM's agreement with the experts is not
 established or its crowd labels are off the rubric's scale (a weaker proxy: an RM can disagree with the experts
 on a family and still be safe to optimise there). Its validation on re-trained RMs lives in tests/ and in
 world/grade (they need the oracle)."""
 import numpy as np
 import pytest
 
-from audit.task.diagnostic import gold_hazard_labels, strongest_balanced_run
+from audit.core.hazard import gold_hazard_labels, strongest_balanced_run
 from audit.task.diagnostic_band import RISKY, SAFE, TOO_CLOSE
 from audit.task.session import OWN
 from audit.core.stats import auroc
