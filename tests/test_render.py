@@ -135,8 +135,8 @@ def test_all_passing_evidence_is_certified_and_matches_spec_shape(tmp_path):
     assert ans["diagnostic"]["families"]["dune"] == {"risk": 0.9, "flag": True, "call": "risky",
                                                      "call_interval": [0.85, 1.1]}
     assert ans["diagnostic"]["band"] == {k: BAND[k] for k in R.BAND_KEYS}
-    assert "- Gold-free diagnostic: risky to optimise dune, ember; safe anvil, birch, cobalt, fjord; too close " \
-           "to call, **needs gold**: no family." in summary
+    assert "- Gold-free diagnostic: risky to optimise: dune, ember; safe: anvil, birch, cobalt, fjord; too close " \
+           "to call, **needs gold**: none." in summary
     assert ans["diagnostic"]["validation"]["auroc"] == 0.97
     assert ans["diagnostic"]["validation"]["check_status"] == "pass"
     # 1 shipped + 2 runs + 12 rm/crowd + 1 diagnostic = 16 claims; 4 failed
