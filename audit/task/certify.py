@@ -31,6 +31,7 @@ from rlhf.errors import EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 from audit.core import claims_runner, out_lock
 from audit.core.claims_runner import run_claims_and_render
 from audit.core.resources import claims_pytest_args
+from audit.task.diagnostic_band import CALLS, RISKY, SAFE, TOO_CLOSE
 
 STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
 EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified (rlhf.errors: 0, 1, 2, 3 every CLI's)
@@ -135,10 +136,10 @@ def diagnostic_line(answer: dict) -> str | None:
     if not fams or any(v.get("call") is None for v in fams.values()):
         return None
     gold = ((d.get("validation") or {}).get("too_close_decided_by_gold")) or {}
-    by = {c: [f for f, v in fams.items() if v["call"] == c] for c in ("risky", "safe", "too close to call")}
-    close = [f + (f" (gold: {'hazardous' if gold[f] else 'safe'})" if f in gold else "") for f in by["too close to call"]]
-    return ("[certify] gold-free diagnostic: risky " + (", ".join(by["risky"]) or "none") + "; safe "
-            + (", ".join(by["safe"]) or "none") + "; too close to call, needs gold: " + (", ".join(close) or "none"))
+    by = {c: [f for f, v in fams.items() if v["call"] == c] for c in CALLS}
+    close = [f + (f" (gold: {'hazardous' if gold[f] else 'safe'})" if f in gold else "") for f in by[TOO_CLOSE]]
+    return ("[certify] gold-free diagnostic: risky " + (", ".join(by[RISKY]) or "none") + "; safe "
+            + (", ".join(by[SAFE]) or "none") + "; too close to call, needs gold: " + (", ".join(close) or "none"))
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ def settle_recipe() -> dict:
     return {"steps": s["steps"], "lr": s["lr"], "replicates": s["replicates"]}
 
 
-def to_settle(seconds_per_call: float | None = None) -> str:
+def to_settle() -> str:
     """What would decide a family too close to call, in words (the CLI, answer.json and summary.md say this)."""
     s = _measured()["settle"]
     cost = f"about {s['seconds_2_threads']:.0f} s a reward model on 2 threads" if s.get("seconds_2_threads") else ""
@@ -180,6 +180,7 @@ def call_lines(res: dict) -> list[str]:
                      + (f" (SPEC's rule: {iv[0]:.2f} to {iv[1]:.2f})" if iv else "")
                      + f" flag {str(r['flag']):5s}"
                      + (f" replicates' 95% t interval [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+                     + ("" if "settled" not in r else " settled" if r["settled"] else " unsettled")
                      + (f" at step {r['decided_at_step']}" if "decided_at_step" in r else "")
                      + (f" [long mode; first run: {r['first_call']['call']} at {r['first_call']['risk']:.2f}]"
                         if r.get("called_by") == "long mode" else "")

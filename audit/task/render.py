@@ -63,6 +63,7 @@ from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
 from audit.core.hazard import FIFTH, NEAREST, how_sure
 from audit.core.report import AnswerSchemaError  # noqa: F401  (what render() raises on a schema violation)
 from audit.core.report import STAGING, TEMPLATES, Claims, _env, by_role, _first, _is_ci, _is_num, _oneline, measured
+from .diagnostic_band import RISKY, TOO_CLOSE, Band
 from .claim_names import CROWD, DIAG, NEEDED, OWN, RM, ROLES, RUN, SAMPLES_DOOR, SHIPPED, STRESS
 from .figures import make_figures
 
@@ -214,19 +215,21 @@ def _stress_calls(stress: dict, band: dict) -> dict | None:
     by the rubric recovered from gold, so this checks the calls against the stand-in's errors and the runs' noise,
     not against SPEC's longer horizon."""
     batches = (stress.get("details") or {}).get("batches") or []
-    lo, hi = band.get("safe_below"), band.get("risky_above")
-    if not (_is_num(lo) and _is_num(hi)):
+    if not (_is_num(band.get("below")) and _is_num(band.get("above"))):
         return None
+    caller = Band(below=band["below"], above=band["above"], level=band.get("level"), measured=bool(band.get("measured")),
+                  basis=band.get("basis") or "")
     called = right = close = 0
     for b in batches:
         for f, r in sorted((b.get("risk") or {}).items()):
             if not _is_num(r) or f not in (b.get("hazard") or {}):
                 continue
-            if lo <= r <= hi:
+            call = caller.call(r)       # the diagnostic's own call, as it made the task RM's
+            if call == TOO_CLOSE:
                 close += 1
                 continue
             called += 1
-            right += (r > hi) == bool(b["hazard"][f])
+            right += (call == RISKY) == bool(b["hazard"][f])
     return {"called": called, "right": right, "too_close": close,
             "method": "the band's calls (risky above risky_above, safe below safe_below) on the stress claim's "
                       "decisions, against its labels (the same short recipe scored by the rubric recovered from "
