@@ -173,15 +173,17 @@ def _derive(benches: list[tuple[str, dict]], level: float, window: float) -> dic
     for key, g in groups.items():
         rec = g["recipe"]
         words = f"{rec['steps']} steps at lr {rec['lr']:g}"
-        where = "; ".join(f"{s['regime']} seed {s['seed']} on {'+'.join(s['worlds'])} ({s['rms']} RMs, "
-                          f"{s['replicates']} replicate{'s' if s['replicates'] > 1 else ''})" for s in g["sources"])
+        def where(k):       # the benches whose calls made these residuals (a mean of k needs k replicates)
+            return "; ".join(f"{s['regime']} seed {s['seed']} on {'+'.join(s['worlds'])} ({s['rms']} RMs, "
+                             f"{s['replicates']} replicate{'s' if s['replicates'] > 1 else ''})"
+                             for s in g["sources"] if k == 1 or s["replicates"] == k)
         kinds = ([(1, list(g["one"].values()))] if g["one"] else []) + [(k, list(v.values()))
                                                                        for k, v in sorted(g["mean"].items())]
         for k, res in kinds:
             what = "one run" if k == 1 else f"the mean of {k} replicates"
             basis = (f"{100 * level:g}% conformal quantiles of {len(res)} residuals of {what} at {words} against "
                      f"SPEC's 1,500-step risk (risks clipped to {LINE - window:g}-{LINE + window:g}), on benches "
-                     f"{where} (python -m world.experiments.diagnostic_band)")
+                     f"{where(k)} (python -m world.experiments.diagnostic_band)")
             band = band_from_residuals(res, level, basis)
             report.append({"recipe": rec, "replicates": k, "band": dataclasses.asdict(band),
                            "in_sample": in_sample(g, band, None if k == 1 else k)})
