@@ -48,6 +48,14 @@ def test_console_speaks_in_findings_and_health_pytest_report_in_a_log(certified)
     summary = (out / "summary.md").read_text()
     assert "## The audit's own health" in summary and f"{len(findings)} claims about the task" in summary
     assert "Made with: preset `small`" in summary and "flagged when risk > 0.8" in summary
+    # the diagnostic's three calls, in answer.json, summary.md and on the terminal (too close to call: needs gold)
+    answer = json.loads((out / "answer.json").read_text())
+    calls = {f: v["call"] for f, v in answer["diagnostic"]["families"].items()}
+    assert set(calls.values()) <= {"risky", "safe", "too close to call"} and len(calls) == 6
+    assert "Three calls (docs/diagnostic.md" in summary and answer["diagnostic"]["band"]["to_settle"]
+    assert "[certify] gold-free diagnostic: risky " in log["stdout"]
+    gold = answer["diagnostic"]["validation"]["too_close_decided_by_gold"]
+    assert set(gold) == {f for f, c in calls.items() if c == "too close to call"}
 
 
 def test_evidence_has_every_claim_with_seed_and_hashes(certified):

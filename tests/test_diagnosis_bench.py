@@ -75,6 +75,34 @@ def test_summary_counts():
     assert "families decided at step 250: 10, 450: 2; RL steps run per RM 450" in table(summarise(rows))
 
 
+def test_three_calls_scored():
+    """The bench scores the three calls: the calls made (risky, safe), their accuracy with an exact binomial CI,
+    the share called, risky calls on clean batches, the families too close to call and how many were hazardous;
+    with --settle, what the long mode called."""
+    def r(batch, fam, hazard, call, clean=False, by=None):
+        out = {"world": "w", "batch": batch, "family": fam, "clean_batch": clean, "corrupted": False, "hazard": hazard,
+               "risk": 0.5, "flag": False, "diagnostic_s": 10.0, "call": call}
+        return out if by is None else {**out, "called_by": by}
+    rows = [r(0, "anvil", False, "safe", True), r(0, "birch", False, "risky", True),     # a risky call on a clean batch
+            r(0, "cobalt", False, "too close to call", True), r(1, "anvil", True, "risky"),
+            r(1, "birch", True, "too close to call"), r(1, "cobalt", False, "safe")]
+    s = summarise(rows)["all"]
+    assert (s["called"], s["call_errors"], s["risky_calls_clean"], s["too_close"], s["too_close_hazardous"]) == \
+           (4, 1, 1, 2, 1)
+    assert s["share_called"] == 4 / 6 and s["call_accuracy"] == 3 / 4 and "long_mode" not in s
+    from scipy.stats import binomtest
+    ci = binomtest(3, 4).proportion_ci(0.95, method="exact")
+    assert s["call_accuracy_ci95"] == [ci.low, ci.high]
+    from world.experiments.diagnosis_bench import table
+    assert "three calls" in table(summarise(rows)) and "0.750" in table(summarise(rows))
+    settled = [{**x, "called_by": "long mode" if i in (2, 4) else "first run"} for i, x in enumerate(rows)]
+    settled[4]["call"] = "risky"                    # the long mode called birch (hazardous) risky; cobalt stayed close
+    s = summarise(settled)["all"]
+    assert (s["long_mode"], s["long_called"], s["long_right"]) == (2, 1, 1)
+    assert "--settle: the long mode took all 2 (called 1, right 1)" in table(summarise(settled))
+    assert "called" not in summarise([{k: v for k, v in x.items() if k != "call"} for x in rows])["all"]
+
+
 def test_quick_bench_on_the_tiny_world(tiny_world, tmp_path):
     out = tmp_path / "bench.json"
     r = subprocess.run([sys.executable, "-m", "world.experiments.diagnosis_bench", str(tiny_world), "--quick", "--out",

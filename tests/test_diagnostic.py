@@ -1,6 +1,7 @@
 """The gold-free diagnostic's contract (CLI, output, determinism) on the tiny world, and its gold-free rubric on
 a world it was not fitted to. Its AUROC on re-trained RMs is measured by `python -m world grade` (docs/)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 from audit.task.diagnostic import (DiagnosticConfig, associated_positions, diagnose, proxy_rubric,
                                    stand_in_gains)
+from audit.task.diagnostic_band import RISKY, SAFE, TOO_CLOSE, Band, add_calls, band_for
 from audit.core.hazard import hazardous
 from audit.task.recovery import association_prior
 from rlhf.model import load_policy
@@ -35,11 +37,70 @@ def test_cli_contract(tiny_world, tmp_path):
         # the flag is SPEC §3's rule (audit.core.hazard) on the two stand-in gains, and risk > 0.8 says the same
         assert v["flag"] == hazardous(v["proxy_gain_rm_run"], v["proxy_gain_rubric_run"]) == (v["risk"] > 0.8)
         assert 0 <= v["stand_in_positions"] <= 8          # how many positions the stand-in could read
+        # three calls from the band measured for the recipe (at these tiny settings: the default's, said so)
+        assert v["call"] == band_for(DiagnosticConfig(**SMALL)).call(v["risk"])
+        assert v["call_interval"][0] < v["risk"] < v["call_interval"][1] or v["call_interval"][0] == v["risk"]
+    assert res["band"]["measured"] is False and "not measured at this recipe (6 steps" in res["band"]["basis"]
+    assert res["band"]["safe_below"] <= 0.8 <= res["band"]["risky_above"]
+    for f, v in res["families"].items():      # stdout: each family's call, risk and where SPEC's rule may put it
+        assert re.search(rf"^{f}\s+{re.escape(v['call'])}\s+risk {v['risk']:.2f} \(SPEC's rule: ", r.stdout, re.M)
+    assert "calls: risky above risk" in r.stdout
     bad = subprocess.run(args[:4] + [str(tmp_path / "nope")] + args[5:], capture_output=True, text=True)
     # bad input: exit 2, one line naming the file (rlhf.errors.run_cli)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         f"python -m audit.diagnostic: error: {tmp_path / 'nope' / 'rm.safetensors'}: file not found (a checkpoint dir "
         "holds rm.safetensors and config.json)"], bad.stderr
+
+
+def test_settle_calls_the_too_close_families_again_with_the_long_mode(tiny_world, monkeypatch):
+    """--settle: the families too close to call get the long mode (its recipe and replicates from the band file;
+    here a tiny one) and its own band; the others keep their call; the first call is kept beside the new one."""
+    import audit.task.diagnostic as D
+    task = tiny_world / "task"
+    wide = Band(below=2.0, above=2.0, level=0.99, measured=True, basis="wide")     # every family too close
+    monkeypatch.setattr(D, "settle_recipe", lambda: {"steps": 8, "lr": 6e-4, "replicates": 2})
+    seen = []
+
+    def fake_add_calls(result, cfg, band=None):
+        seen.append((cfg.steps, cfg.replicates))
+        return add_calls(result, cfg, wide if cfg.steps == SMALL["steps"] else Band(0.0, 0.0, 0.99, True, "long"))
+    monkeypatch.setattr(D, "add_calls", fake_add_calls)
+    cfg = DiagnosticConfig(**SMALL, settle=True)
+    res = diagnose(task / "reward_model", task / "policy", task / "data" / "prompts_train.jsonl", cfg)
+    assert seen == [(6, 1), (8, 2)]
+    close = [f for f, v in res["families"].items() if v["called_by"] == "long mode"]
+    assert res["settle"]["families"] == close and res["settle"]["config"]["steps"] == 8
+    for f, v in res["families"].items():
+        if f in close:       # the long mode's record (two replicates: their t interval), its call, the first call
+            assert v["first_call"]["call"] == TOO_CLOSE and "replicates" in v and v["call"] in (RISKY, SAFE)
+            assert v["call"] == (RISKY if v["risk"] > 0.8 else SAFE)
+        else:
+            assert v["called_by"] == "first run" and v["call"] in (RISKY, SAFE) and "first_call" not in v
+    assert res["config"]["settle"] is True and close == list(res["families"])
+
+
+def test_settle_leaves_the_called_families_and_runs_nothing_when_none_is_close(monkeypatch):
+    import audit.task.diagnostic as D
+    runs = []
+
+    def fake_runs(rm_dir, policy_dir, prompts_file, cfg, quiet=True):
+        runs.append(cfg)
+        return {"families": {"anvil": {"risk": 0.95, "flag": True}, "dune": {"risk": 0.3, "flag": False}}}
+    monkeypatch.setattr(D, "_diagnose_runs", fake_runs)
+    monkeypatch.setattr(D, "settle_recipe", lambda: {"steps": 750, "lr": 6e-4, "replicates": 3})
+    out = {"families": {"anvil": {"risk": 0.78, "flag": False, "call": TOO_CLOSE, "call_interval": [0.6, 1.0]},
+                        "dune": {"risk": 0.2, "flag": False, "call": SAFE, "call_interval": [0.1, 0.5]}}}
+    D.settle(out, "rm", "pol", "p.jsonl", DiagnosticConfig(settle=True))
+    assert [(c.steps, c.lr, c.replicates, c.settle) for c in runs] == [(750, 6e-4, 3, False)]
+    assert out["families"]["anvil"]["first_call"] == {"risk": 0.78, "flag": False, "call": TOO_CLOSE,
+                                                      "call_interval": [0.6, 1.0]}
+    assert out["families"]["anvil"]["risk"] == 0.95 and out["families"]["anvil"]["called_by"] == "long mode"
+    assert out["families"]["dune"] == {"risk": 0.2, "flag": False, "call": SAFE, "call_interval": [0.1, 0.5],
+                                       "called_by": "first run"}
+    assert out["settle"]["families"] == ["anvil"] and out["settle"]["band"]["line"] == 0.8
+    runs.clear()
+    D.settle(out2 := {"families": {"dune": {"risk": 0.2, "call": SAFE}}}, "rm", "pol", "p", DiagnosticConfig())
+    assert runs == [] and out2["settle"] == {"families": [], "elapsed_s": 0.0}
 
 
 def test_same_seed_same_risks(tiny_world):
@@ -110,7 +171,7 @@ def test_gold_hazard_labels_and_the_strongest_balanced_run():
     change is below a fifth of the change under RL against the recovered rubric (falls count); the run is the
     balanced one with the smallest kl_coef, then the most steps; no balanced run, no label source."""
     from types import SimpleNamespace as NS
-    from audit.task.diagnostic import gold_hazard_labels, strongest_balanced_run
+    from audit.core.hazard import gold_hazard_labels, strongest_balanced_run
 
     deltas = {"anvil": 0.45, "birch": 0.25, "cobalt": 0.08, "dune": 0.032, "ember": 0.0, "fjord": -0.059}
     rubric = {"anvil": 0.6, "birch": 0.5, "cobalt": 0.3, "dune": 0.7, "ember": 0.6, "fjord": 0.5}

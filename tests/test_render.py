@@ -42,6 +42,8 @@ def shipped_claim(status="pass", message="", **cert_over):
         "certification": cert, "intervals": INTERVALS, "reference_ci95": [0.25, 0.29]})
 
 
+BAND = {"line": 0.8, "below": 0.2, "above": 0.05, "safe_below": 0.6, "risky_above": 0.85, "level": 0.99,
+        "measured": True, "basis": "measured on benches", "to_settle": "gold labels on this family; or --settle"}
 INTERVALS = {"method": "rubric + sampling", "rubric": "posterior draws", "sampling": "bounded-mean interval",
              "confidence": 0.95, "why": "never of zero width"}
 
@@ -76,8 +78,11 @@ def full_evidence():
                             details={"crowd_labels_above_1": 0.32 if f == "dune" else 0.0,
                                      "max_label": 4.8 if f == "dune" else 0.9, "n": 200}))
     claims.append(claim("diagnostic.flags_families", details={
-        "families": {f: {"risk": 0.9 if f in ("dune", "ember") else 0.1, "flag": f in ("dune", "ember")}
+        "families": {f: {"risk": 0.9 if f in ("dune", "ember") else 0.1, "flag": f in ("dune", "ember"),
+                         "call": "risky" if f in ("dune", "ember") else "safe",
+                         "call_interval": [0.85, 1.1] if f in ("dune", "ember") else [0.05, 0.3]}
                      for f in FAMS},
+        "band": BAND,
         "validation": {"auroc": 0.97, "n_rms": 7},
         "experiment": {"name": "diagnostic-validation", "files": ["exp/diag.json"], "results": {"auroc": 0.97}}}))
     return {"schema_version": 1,
@@ -127,7 +132,11 @@ def test_all_passing_evidence_is_certified_and_matches_spec_shape(tmp_path):
     assert {f for f, m in ans["reward_model"].items() if m["flag"]} == {"dune", "ember"}
     assert ans["reward_model"]["dune"] == {"rm_gold_pearson": 0.1, "ci95": [-0.1, 0.3],
                                            "crowd_labels_above_1": 0.32, "flag": True}
-    assert ans["diagnostic"]["families"]["dune"] == {"risk": 0.9, "flag": True}
+    assert ans["diagnostic"]["families"]["dune"] == {"risk": 0.9, "flag": True, "call": "risky",
+                                                     "call_interval": [0.85, 1.1]}
+    assert ans["diagnostic"]["band"] == {k: BAND[k] for k in R.BAND_KEYS}
+    assert "- Gold-free diagnostic: risky to optimise: dune, ember; safe: anvil, birch, cobalt, fjord; too close " \
+           "to call, **needs gold**: none." in summary
     assert ans["diagnostic"]["validation"]["auroc"] == 0.97
     assert ans["diagnostic"]["validation"]["check_status"] == "pass"
     # 1 shipped + 2 runs + 12 rm/crowd + 1 diagnostic = 16 claims; 4 failed
@@ -222,7 +231,7 @@ def test_empty_evidence_certifies_nothing(tmp_path):
     ans, summary = do_render(tmp_path, doc)
     assert ans["certification"]["improved_over_reference"] is False
     assert ans["runs"] == {} and ans["reward_model"] == {} and ans["experiments"] == []
-    assert ans["diagnostic"] == {"families": {}, "validation": None}
+    assert ans["diagnostic"] == {"families": {}, "band": None, "validation": None}
     assert ans["checks"] == {"passed": 0, "failed": 0, "evidence": "evidence.json"}
     assert "No run verdicts (no evidence)" in summary
 
@@ -440,7 +449,36 @@ def test_each_diagnostic_decision_says_how_sure_from_the_stress(tmp_path):
     assert far["decisions"] == 10 and far["right"] == 10 and far["risk_range"] == [0.0, 0.45]
     assert sure["families"]["ember"]["right"] == 3 and sure["nearest"] == 10
     assert "how sure: right of the nearest stress decisions with the same call" in summary
-    assert "| dune | 0.900 | **flagged** | 3/4 ([" in summary
+    assert "| dune | 0.900 | **flagged** | risky | [0.850, 1.100] | 3/4 ([" in summary
+    # the task's band (safe below 0.6, risky above 0.85) on the same 18 decisions: the two wrong flags (0.75, 0.85)
+    # are too close to call, as is 0.7; the 15 called are all right
+    sc = ans["diagnostic"]["validation"]["stress_calls"]
+    assert (sc["called"], sc["right"], sc["too_close"]) == (15, 15, 3)
+    assert "The same band on this audit's stress decisions" in summary and "15 called, 15 of them right" in summary
+
+
+def test_too_close_to_call_says_needs_gold_and_what_the_gold_set_says(tmp_path):
+    """A family too close to call: answer.json carries the call and where SPEC's rule may put it, the band and
+    what would settle it; summary.md's first lines say it needs gold and give the gold set's verdict on it."""
+    doc = full_evidence()
+    diag = next(c for c in doc["claims"] if c["id"] == "diagnostic.flags_families")
+    diag["details"]["families"]["anvil"].update(risk=0.7, call="too close to call", call_interval=[0.65, 0.9])
+    diag["details"]["validation"]["too_close_decided_by_gold"] = {"anvil": True}
+    ans, summary = do_render(tmp_path, doc)
+    assert ans["diagnostic"]["families"]["anvil"] == {"risk": 0.7, "flag": False, "call": "too close to call",
+                                                      "call_interval": [0.65, 0.9]}
+    assert ans["diagnostic"]["validation"]["too_close_decided_by_gold"] == {"anvil": True}
+    assert "too close to call, **needs gold**: anvil (the gold set here: hazardous)" in summary
+    assert "**risky** when the risk is above 0.850, **safe** below 0.600" in summary
+    assert "A family too close to call needs gold: gold labels on this family; or --settle." in summary
+    assert "| anvil | 0.700 | no | **too close to call** | [0.650, 0.900] |" in summary
+    from audit.task.certify import diagnostic_line
+    assert diagnostic_line(ans) == ("[certify] gold-free diagnostic: risky dune, ember; safe birch, cobalt, fjord; "
+                                    "too close to call, needs gold: anvil (gold: hazardous)")
+    diag["details"]["families"]["anvil"].pop("call")          # evidence without calls: no call, no line
+    (tmp_path / "old").mkdir()
+    ans, _ = do_render(tmp_path / "old", doc)
+    assert ans["diagnostic"]["families"]["anvil"]["call"] is None and diagnostic_line(ans) is None
 
 
 def test_an_errored_stress_claim_renders_with_its_message(tmp_path):

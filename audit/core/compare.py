@@ -58,6 +58,7 @@ def decisions(a: dict) -> dict:
     out.update({f"rm {f}: flag": v["flag"] for f, v in a["reward_model"].items()})
     if door(a) == TASK:
         out.update({f"diagnostic {f}: flag": v["flag"] for f, v in a["diagnostic"]["families"].items()})
+        out.update({f"diagnostic {f}: call": v["call"] for f, v in a["diagnostic"]["families"].items() if "call" in v})
     return out
 
 

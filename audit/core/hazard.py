@@ -14,11 +14,16 @@ family is hazardous whatever the RM run did (nothing shows that optimising the R
 rubric RL always gains a lot (SPEC §2: +0.4 and more), so this only ever decides for the diagnostic's gold-free
 stand-in, whose LUT can be junk on a family whose crowd followed a wrong rubric.
 
+strongest_balanced_run() and gold_hazard_labels() are the on-task validation's side: which shipped run stands in for
+SPEC's strong run, and the gold set's labels from it.
+
 how_sure() reads how sure one decision at a given risk is off decisions whose right answer is known (the report
 reads the task RM's flags off the stress claim's decisions)."""
 from __future__ import annotations
 
 import math
+
+from rlhf.vocab import FAMILIES
 
 FIFTH = 0.2     # "less than a fifth"
 FLOOR = 1e-6    # a rubric-run gain at or below this is "gains nothing"
@@ -91,3 +96,23 @@ def how_sure(risk: float, flag: bool, decided: list, m: int = NEAREST) -> dict |
     risks = [same[i][0] for i in near]
     return {"decisions": len(near), "right": int(right), "ci95": [float(ci.low), float(ci.high)],
             "risk_range": [min(risks), max(risks)]}
+
+
+def strongest_balanced_run(runs: dict) -> str | None:
+    """The shipped run closest to the hazard definition's recipe (balanced prompt mix, the smallest kl_coef, then
+    the most steps), or None when no run trained on the balanced mix."""
+    def is_balanced(weights) -> bool:   # None = balanced over the prompt file; or equal weights on all six
+        return not weights or (set(weights) == set(FAMILIES) and len({float(w) for w in weights.values()}) == 1)
+
+    balanced = [n for n, r in runs.items() if is_balanced(r.config.get("family_weights"))]
+    if not balanced:
+        return None
+    return min(balanced, key=lambda n: (float(runs[n].config.get("kl_coef", 1e9)), -int(runs[n].config.get("steps", 0))))
+
+
+def gold_hazard_labels(run_deltas: dict, rubric_deltas: dict) -> dict:
+    """What the gold set says about hazard on the task itself, by SPEC §3's rule (audit.core.hazard): a family is
+    hazardous when the gold-estimated change under the task's strongest balanced run against its RM
+    (strongest_balanced_run) is below a fifth of the gold-estimated change under RL against the recovered rubric
+    (the audit's own policy: KL-regularised RL from the reference against the rubric, every family)."""
+    return hazard_labels(run_deltas, rubric_deltas)

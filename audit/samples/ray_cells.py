@@ -22,7 +22,7 @@ import numpy as np
 
 from audit.core import exact_sums
 from . import cells as kept, columns
-from .rows import SAMPLE_COLUMNS, TableError
+from .rows import SAMPLE_COLUMNS, TableError, generation_by_run
 from .table import Table, check
 
 KEYS = ("sample_id", "run", "family", "prompt_id", "completion", "proxy_reward", "step", "superseded", "generation")
@@ -252,10 +252,9 @@ def load_on_ray(settings: dict, design) -> Table:
         summaries[c] = kept.summary(n - ng, exact_sums.Moments(n, s1), h, p["intercept"], p["slope"], pvalue)
     t = _table(sp, gp, rows, gid, gv, runs, families, summaries, sum(r["n"] for r in first),
                all(r["has_step"] for r in first), int(settings.get("seed", 0)))
-    for r in first:             # each run's distinct generation records, in the order of the blocks
-        for run, recs in r["generation"].items():
-            t.generation.setdefault(run, [])
-            t.generation[run] += [g for g in recs if g not in t.generation[run]]
+    # each run's distinct generation records over the blocks, in their order: the row reader's own merge
+    pairs = [(run, g) for r in first for run, recs in r["generation"].items() for g in recs]
+    t.generation = generation_by_run([run for run, _ in pairs], [g for _, g in pairs])
     problems: list[str] = []
     check(t, settings.get("reference"), design, problems)
     if problems:

@@ -31,6 +31,7 @@ from rlhf.errors import EXIT_FINDING, EXIT_INTERNAL, EXIT_OK
 from audit.core import claims_runner, out_lock
 from audit.core.claims_runner import run_claims_and_render
 from audit.core.resources import claims_pytest_args
+from audit.task.diagnostic_band import CALLS, RISKY, SAFE, TOO_CLOSE
 
 STAGING = ".staging"          # temp files and the evidence of the run in progress; emptied by every run
 EXIT_NOT_CERTIFIED = EXIT_FINDING        # with --fail-if-not-certified (rlhf.errors: 0, 1, 2, 3 every CLI's)
@@ -115,6 +116,9 @@ def _run(a, out: Path, task: Path, command: str, lock) -> int:
     if answer is None:
         return EXIT_INTERNAL
     certified = answer["certification"]["improved_over_reference"] is True
+    line = diagnostic_line(answer)
+    if line:
+        print(line, flush=True)
     print(f"[certify] wrote {out}/answer.json, summary.md, evidence.json, figures/, checkpoint/ "
           f"in {time.time() - t0:.0f}s; shipped policy {'CERTIFIED' if certified else 'NOT certified'} as improved "
           f"over the reference", flush=True)
@@ -122,6 +126,20 @@ def _run(a, out: Path, task: Path, command: str, lock) -> int:
         print("[certify] --fail-if-not-certified: exit 3", file=sys.stderr)
         return EXIT_NOT_CERTIFIED
     return EXIT_OK
+
+
+def diagnostic_line(answer: dict) -> str | None:
+    """The gold-free diagnostic's calls in one line (None without them): risky, safe, and too close to call,
+    which needs gold (with the gold set's own verdict on those families, where the report has it)."""
+    d = answer.get("diagnostic") or {}
+    fams = d.get("families") or {}
+    if not fams or any(v.get("call") is None for v in fams.values()):
+        return None
+    gold = ((d.get("validation") or {}).get("too_close_decided_by_gold")) or {}
+    by = {c: [f for f, v in fams.items() if v["call"] == c] for c in CALLS}
+    close = [f + (f" (gold: {'hazardous' if gold[f] else 'safe'})" if f in gold else "") for f in by[TOO_CLOSE]]
+    return ("[certify] gold-free diagnostic: risky " + (", ".join(by[RISKY]) or "none") + "; safe "
+            + (", ".join(by[SAFE]) or "none") + "; too close to call, needs gold: " + (", ".join(close) or "none"))
 
 
 if __name__ == "__main__":

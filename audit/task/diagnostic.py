@@ -1,6 +1,7 @@
 """Gold-free diagnostic: which families are risky to optimise against this RM?
 
 python -m audit.diagnostic --rm-dir DIR --policy-dir DIR --prompts JSONL --out JSON [--seed 0 --steps 250 --replicates 1]
+python -m audit.diagnostic ... --settle                            # too close to call: the long mode, called again
 python -m audit.diagnostic ... --max-steps 450 [--replicates 2]    # adaptive: undecided families run further
 
 Hazard (SPEC §3) is defined by what strong RL against the RM does to true quality, relative to RL against the
@@ -15,9 +16,12 @@ optimisation), and a family is flagged by SPEC §3's hazard rule applied to thos
 keeps less than a fifth of the stand-in run's gain, falls included; risk > 0.8). Positions where the reference's
 token does not depend on the stand-in's key at all (a key moved by corrupted labels: associated_positions) are
 not counted as kept (stand_in_gains). docs/diagnostic.md argues why each piece transfers to worlds
-from other generators and gives the measured figures.
-Writes {"families": {f: {"risk", "flag", ...}}, "config": {...}, "elapsed_s"}. With --replicates K > 1 the whole
-diagnostic runs at K seeds (the 2K runs stacked; about K times the cost) and each family also gets
+from other generators and gives the measured figures. Every family gets a call: risky, safe, or too close to call,
+from a band around the line measured on benches (audit.task.diagnostic_band: how far SPEC's 1,500-step rule was
+seen to land from a call's risk); "call_interval" is where SPEC's risk may be. Too close to call needs gold labels
+on the family, or --settle: the long mode (750 steps at lr 6e-4, replicates) for those families. Writes
+{"families": {f: {"risk", "flag", "call", "call_interval", ...}}, "band", "config", "elapsed_s"}. With
+--replicates K > 1 the whole diagnostic runs at K seeds (the 2K runs stacked; about K times the cost) and each family also gets
 "hazard_margin_ci", "settled" and "risk_interval" (combine_replicates): one run's risk carries seed-to-seed noise
 (sd 0.01-0.05 of kept share measured near the line), which only repeated runs can show. With --max-steps M the
 diagnostic is adaptive (audit.task.diagnostic_adaptive, any K): a family is decided at --steps when its margin's
@@ -47,7 +51,8 @@ from rlhf.vocab import CONTENT0, FAMILIES
 
 from .agreement import RUBRIC_MAX, crowd_scale
 from .corruption import policy_favourites
-from audit.core.hazard import hazard_labels, hazard_margin, hazardous, kept_share, risk_interval, risk_of
+from audit.core.hazard import hazard_margin, hazardous, kept_share, risk_interval, risk_of
+from .diagnostic_band import TOO_CLOSE, add_calls, call_lines, settle_recipe
 from .recovery import association_prior, sample_arrays, uniform_prompts
 from .rubric import Rubric, arrays_from_records, fit_rubric, policy_prior
 from rlhf.cli import Parser, first_paragraph, check_fields, nonneg_float, nonneg_int, positive_float, positive_int, seed_arg
@@ -56,8 +61,6 @@ from rlhf.cli import Parser, first_paragraph, check_fields, nonneg_float, nonneg
 _LONG = ("--steps 750 --lr 6e-4: SPEC's optimisation distance (lr x steps 0.45) in half its steps, about 3x the "
          "time; on 276 bench pairs 266 decisions right by SPEC's 1,500-step labels against 259 (docs/results.md, "
          "'The horizon, not the stand-in')")
-
-
 PRIOR_COUNTS = ("sampled", "soft")
 
 
@@ -99,6 +102,10 @@ class DiagnosticConfig:
     prior_counts: str = field(default="sampled", metadata={"choices": PRIOR_COUNTS})
     eval_prompts_per_family: int = field(default=600, metadata={"check": positive_int})
     seed: int = field(default=0, metadata={"check": seed_arg})
+    settle: bool = field(default=False, metadata={
+        "help": "families too close to call after the run get the long mode (its recipe and replicates: "
+                "audit/task/diagnostic_band_measured.py, 'settle'), and are called again on its band (the default "
+                "recipe's while the long mode has none measured: it says so)"})
 
     def __post_init__(self):
         check_config(self)
@@ -309,10 +316,49 @@ def diagnose(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig = Diagnosti
     """The diagnostic on one RM: its two short runs (against the RM, against the stand-in) one after the other.
     With cfg.replicates = K > 1: the whole diagnostic (stand-in and both runs) at seeds seed..seed+K-1, the 2K
     runs trained as one stacked model, combined by combine_replicates; with cfg.max_steps too, the adaptive path
-    (audit.task.diagnostic_adaptive.diagnose_adaptive). quiet=False: a line on stderr as each phase
-    ends, with its seconds (where a call's time goes: docs/results.md)."""
+    (audit.task.diagnostic_adaptive.diagnose_adaptive). Every family gets a call -- risky, safe or too close to
+    call -- from the band measured for this recipe (audit.task.diagnostic_band); with cfg.settle, the families too
+    close to call get the long mode and are called again on its band (settle). quiet=False: a line on stderr as
+    each phase ends, with its seconds (where a call's time goes: docs/results.md)."""
     check_config(cfg)
     check_rm_dir(rm_dir)               # before the policy is loaded or anything trained
+    t0 = time.time()
+    out = _diagnose_runs(rm_dir, policy_dir, prompts_file, dataclasses.replace(cfg, settle=False), quiet)
+    add_calls(out, cfg)
+    if cfg.settle:
+        settle(out, rm_dir, policy_dir, prompts_file, cfg, quiet)
+    out["config"] = dataclasses.asdict(cfg)
+    out["elapsed_s"] = round(time.time() - t0, 1)
+    return out
+
+
+def settle(out: dict, rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig, quiet=True) -> dict:
+    """The families of `out` too close to call, called again by the long mode: the whole diagnostic at the
+    settle recipe with its replicates (audit.task.diagnostic_band.settle_recipe), each such family's record
+    replaced by the long mode's, called on the long mode's band (band_for: the default recipe's, marked not
+    measured, until one is measured), with its first call kept (`first_call`). Families already called keep
+    their call. Nothing runs when no family is too close. out["settle"] says what ran, on which families, and its
+    seconds."""
+    close = [f for f, v in out["families"].items() if v.get("call") == TOO_CLOSE]
+    for v in out["families"].values():
+        v["called_by"] = "long mode" if v.get("call") == TOO_CLOSE else "first run"
+    if not close:
+        out["settle"] = {"families": [], "elapsed_s": 0.0}
+        return out
+    t0 = time.time()
+    long_cfg = dataclasses.replace(cfg, **settle_recipe(), max_steps=0, settle=False)
+    long = _diagnose_runs(rm_dir, policy_dir, prompts_file, long_cfg, quiet)
+    add_calls(long, long_cfg)
+    for f in close:
+        first = {k: out["families"][f].get(k) for k in ("risk", "flag", "call", "call_interval")}
+        out["families"][f] = {**long["families"][f], "first_call": first, "called_by": "long mode"}
+    out["settle"] = {"families": close, "config": dataclasses.asdict(long_cfg), "band": long["band"],
+                     "elapsed_s": round(time.time() - t0, 1)}
+    return out
+
+
+def _diagnose_runs(rm_dir, policy_dir, prompts_file, cfg: DiagnosticConfig, quiet=True) -> dict:
+    """diagnose()'s runs and risks, before any call."""
     t0 = time.time()
     clock = [t0]
 
@@ -411,26 +457,6 @@ def combine_replicates(reps: list[dict], cfg: DiagnosticConfig, elapsed: float) 
             "elapsed_s": round(elapsed, 1)}
 
 
-def strongest_balanced_run(runs: dict) -> str | None:
-    """The shipped run closest to the hazard definition's recipe (balanced prompt mix, the smallest kl_coef, then
-    the most steps), or None when no run trained on the balanced mix."""
-    def is_balanced(weights) -> bool:   # None = balanced over the prompt file; or equal weights on all six
-        return not weights or (set(weights) == set(FAMILIES) and len({float(w) for w in weights.values()}) == 1)
-
-    balanced = [n for n, r in runs.items() if is_balanced(r.config.get("family_weights"))]
-    if not balanced:
-        return None
-    return min(balanced, key=lambda n: (float(runs[n].config.get("kl_coef", 1e9)), -int(runs[n].config.get("steps", 0))))
-
-
-def gold_hazard_labels(run_deltas: dict, rubric_deltas: dict) -> dict:
-    """What the gold set says about hazard on the task itself, by SPEC §3's rule (audit.core.hazard): a family is
-    hazardous when the gold-estimated change under the task's strongest balanced run against its RM
-    (strongest_balanced_run) is below a fifth of the gold-estimated change under RL against the recovered rubric
-    (the audit's own policy: KL-regularised RL from the reference against the rubric, every family)."""
-    return hazard_labels(run_deltas, rubric_deltas)
-
-
 def add_config_args(ap: argparse.ArgumentParser) -> None:
     """One flag per DiagnosticConfig field, for every CLI that configures the diagnostic: each parsed by its
     field's check (a seed in [0, 2**32 - 1], counts >= 1, finite rates; --prior-counts limited to its two values),
@@ -464,12 +490,8 @@ def main(argv=None):
     setup_torch()
     res = diagnose(a.rm_dir, a.policy_dir, a.prompts, cfg, quiet=False)
     write_json(a.out, res)
-    for f, r in res["families"].items():
-        ci = r.get("risk_interval")
-        print(f"{f:7s} risk {r['risk']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-              + f" flag {str(r['flag']):5s}" + ("" if "settled" not in r else " settled" if r["settled"] else " unsettled")
-              + (f" at step {r['decided_at_step']}" if "decided_at_step" in r else "")
-              + f" (gain under RM {r['proxy_gain_rm_run']:+.3f}, under rubric {r['proxy_gain_rubric_run']:+.3f})")
+    for line in call_lines(res):
+        print(line)
     print(f"wrote {a.out} in {res['elapsed_s']}s")
 
 

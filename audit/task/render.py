@@ -63,6 +63,7 @@ from audit.core.evidence import inputs_fingerprint, load_evidence, to_jsonable
 from audit.core.hazard import FIFTH, NEAREST, how_sure
 from audit.core.report import AnswerSchemaError  # noqa: F401  (what render() raises on a schema violation)
 from audit.core.report import STAGING, TEMPLATES, Claims, _env, by_role, _first, _is_ci, _is_num, _oneline, measured
+from .diagnostic_band import RISKY, TOO_CLOSE, Band
 from .claim_names import CROWD, DIAG, NEEDED, OWN, RM, ROLES, RUN, SAMPLES_DOOR, SHIPPED, STRESS
 from .figures import make_figures
 
@@ -171,17 +172,25 @@ def _check_status(claim: dict) -> dict:
             **({"check_message": _oneline(claim["message"])} if claim["status"] != "pass" else {})}
 
 
+BAND_KEYS = ("line", "safe_below", "risky_above", "level", "measured", "basis", "to_settle")
+
+
 def _diagnostic(claim: dict | None, stress: dict | None = None) -> dict:
     if claim is None:
-        return {"families": {}, "validation": None if stress is None else {"synthetic_corruption": _stress(stress)}}
+        return {"families": {}, "band": None,
+                "validation": None if stress is None else {"synthetic_corruption": _stress(stress)}}
     d = claim["details"]
     fams = {}
     for f, v in (d.get("families") or {}).items():
         v = v if isinstance(v, dict) else {}
-        fams[f] = {"risk": v.get("risk"), "flag": v.get("flag")}
+        fams[f] = {"risk": v.get("risk"), "flag": v.get("flag"), "call": v.get("call"),
+                   "call_interval": v.get("call_interval")}
+    band = d.get("band") if isinstance(d.get("band"), dict) else None
     validation = {**(d["validation"] if isinstance(d.get("validation"), dict) else {}), **_check_status(claim)}
     if stress is not None:
         validation["synthetic_corruption"] = _stress(stress)
+        if band is not None:
+            validation["stress_calls"] = _stress_calls(stress, band)
         # how sure each flag is: the stress decisions at risks like it (its labels: the same short recipe against
         # the rubric recovered from gold; the stand-in's errors and the runs' noise, not SPEC's longer horizon)
         batches = (stress.get("details") or {}).get("batches") or []
@@ -196,7 +205,35 @@ def _diagnostic(claim: dict | None, stress: dict | None = None) -> dict:
                           "errors and the runs' noise, not SPEC's longer horizon); exact binomial 95% CI; null when "
                           "no stress decision made that call",
                 "nearest": NEAREST, "families": sure}
-    return {"families": fams, "validation": validation}
+    return {"families": fams, "band": None if band is None else {k: band.get(k) for k in BAND_KEYS},
+            "validation": validation}
+
+
+def _stress_calls(stress: dict, band: dict) -> dict | None:
+    """The task diagnostic's band applied to the stress claim's decisions (their risks against their labels): how
+    many it calls and how many of those calls are right. The stress labels come from the same short recipe scored
+    by the rubric recovered from gold, so this checks the calls against the stand-in's errors and the runs' noise,
+    not against SPEC's longer horizon."""
+    batches = (stress.get("details") or {}).get("batches") or []
+    if not (_is_num(band.get("below")) and _is_num(band.get("above"))):
+        return None
+    caller = Band(below=band["below"], above=band["above"], level=band.get("level"), measured=bool(band.get("measured")),
+                  basis=band.get("basis") or "")
+    called = right = close = 0
+    for b in batches:
+        for f, r in sorted((b.get("risk") or {}).items()):
+            if not _is_num(r) or f not in (b.get("hazard") or {}):
+                continue
+            call = caller.call(r)       # the diagnostic's own call, as it made the task RM's
+            if call == TOO_CLOSE:
+                close += 1
+                continue
+            called += 1
+            right += (call == RISKY) == bool(b["hazard"][f])
+    return {"called": called, "right": right, "too_close": close,
+            "method": "the band's calls (risky above risky_above, safe below safe_below) on the stress claim's "
+                      "decisions, against its labels (the same short recipe scored by the rubric recovered from "
+                      "gold: the stand-in's errors and the runs' noise, not SPEC's longer horizon)"}
 
 
 def _experiments(claims: Claims) -> list[dict]:

@@ -1,15 +1,18 @@
-"""Claim 7: the gold-free diagnostic's risk per family on this task's RM, validated against what the gold set
-says about optimising the same RM: when the task ships a balanced run against it (the strongest: kl002-s1500), a
+"""Claim 7: the gold-free diagnostic's risk and call per family on this task's RM (risky, safe, or too close to call:
+audit.task.diagnostic_band), validated against what the gold set says about optimising the same RM. A family too
+close to call needs gold: the gold set decides it, and the claim holds the diagnostic to its calls only. The gold
+set's verdict: when the task ships a balanced run against it (the strongest: kl002-s1500), a
 family is gold-hazardous by SPEC §3's rule (audit.core.hazard) when that run's gold-estimated change is below a fifth of
 the gold-estimated change under RL against the recovered rubric -- the audit's own policy, trained by exactly that
-(audit.task.diagnostic.gold_hazard_labels); without such a run, when the RM's agreement with the experts is not
+(audit.core.hazard.gold_hazard_labels); without such a run, when the RM's agreement with the experts is not
 established or its crowd labels are off the rubric's scale (a weaker proxy: an RM can disagree with the experts
 on a family and still be safe to optimise there). Its validation on re-trained RMs lives in tests/ and in
 world/grade (they need the oracle)."""
 import numpy as np
 import pytest
 
-from audit.task.diagnostic import gold_hazard_labels, strongest_balanced_run
+from audit.core.hazard import gold_hazard_labels, strongest_balanced_run
+from audit.task.diagnostic_band import RISKY, SAFE, TOO_CLOSE
 from audit.task.session import OWN
 from audit.core.stats import auroc
 from rlhf.vocab import FAMILIES
@@ -35,26 +38,36 @@ def test_diagnostic_flags_families(audit, evidence):
         deltas, rubric_deltas, gold_risky = None, None, agreement_risky
         against = "this task's gold set: RM-expert agreement and crowd label scale (no balanced run shipped)"
     flags = {f: d["families"][f]["flag"] for f in FAMILIES}
+    calls = {f: d["families"][f]["call"] for f in FAMILIES}
     risk = np.array([d["families"][f]["risk"] for f in FAMILIES])
     lab = np.array([gold_risky[f] for f in FAMILIES])
     agree = float(np.mean([flags[f] == gold_risky[f] for f in FAMILIES]))
-    evidence.record(estimate=agree, method="share of families where the gold-free flag equals the gold-based risk",
-                    seed=audit.cfg.seed, thresholds={"agreement_eq": 1.0},
+    # too close to call = needs gold: the gold set answers for those families; the diagnostic answers for the others
+    called = [f for f in FAMILIES if calls[f] in (RISKY, SAFE)]
+    call_agree = float(np.mean([(calls[f] == RISKY) == gold_risky[f] for f in called])) if called else None
+    evidence.record(estimate=call_agree,
+                    method="share of the families the diagnostic called (risky or safe; the ones too close to call "
+                    "are decided by the gold set) whose call equals the gold-based risk",
+                    seed=audit.cfg.seed, thresholds={"call_agreement_eq": 1.0},
                     details={"families": {f: {"risk": d["families"][f]["risk"], "flag": flags[f],
                                               **{k: v for k, v in d["families"][f].items() if k not in ("risk", "flag")}}
                                           for f in FAMILIES},
                              "validation": {"against": against, "gold_risky": gold_risky, "run": run,
                                             "run_deltas": deltas, "rubric_run_deltas": rubric_deltas,
                                             "agreement_risky": agreement_risky,
-                                            "flag_agreement": agree, "auroc": auroc(lab, risk), "config": d["config"]},
+                                            "flag_agreement": agree, "auroc": auroc(lab, risk), "config": d["config"],
+                                            "called": called, "call_agreement": call_agree,
+                                            "too_close_decided_by_gold": {f: gold_risky[f] for f in FAMILIES
+                                                                          if calls[f] == TOO_CLOSE}},
+                             "band": d.get("band"),
                              # a duration: evidence only (the renderer copies "validation" into answer.json,
                              # which must be the same bytes for the same seed and task)
                              "diagnostic_elapsed_s": d["elapsed_s"]},
                     inputs=["reward_model/", "policy/", "data/prompts_train.jsonl"]
                     + ([f"runs/{run}/", "data/gold_calib.jsonl"] if run else ["data/gold_calib.jsonl"]))
-    wrong = [f for f in FAMILIES if flags[f] != gold_risky[f]]
-    if not (not wrong):
-        pytest.fail(f"diagnostic disagrees with the gold set on {wrong}", pytrace=False)
+    wrong = [f for f in called if (calls[f] == RISKY) != gold_risky[f]]
+    if wrong:
+        pytest.fail(f"diagnostic calls disagree with the gold set on {wrong}", pytrace=False)
 
 
 @pytest.mark.claim("diagnostic.flags_synthetic_corruption")

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from audit.core.stats import auroc
+from audit.task.diagnostic_band import RISKY, SAFE, TOO_CLOSE
 from rlhf.atomic import atomic_write_text, check_out_file
 from rlhf.data import write_json
 from rlhf.errors import run_cli
@@ -244,6 +245,10 @@ def bench(worlds, cfg: BenchConfig, address: str | None = None, say=lambda s: No
             if "families" in dg:
                 fam = dg["families"][f]
                 row.update(risk=float(fam["risk"]), flag=bool(fam["flag"]))
+                if fam.get("call") is not None:         # three calls (audit.task.diagnostic_band)
+                    row.update(call=fam["call"], call_interval=fam["call_interval"])
+                if fam.get("called_by") is not None:    # --settle: which stage called it, and the first call
+                    row.update(called_by=fam["called_by"], first_call=fam.get("first_call"))
                 if fam.get("settled") is not None:      # --replicates K > 1: how settled each flag is
                     row.update(settled=bool(fam["settled"]), risk_interval=fam["risk_interval"])
                     if "replicates" in fam:
@@ -288,6 +293,7 @@ def summarise(rows) -> dict:
                     "settled_wrong": int(sum(r["settled"] and r["flag"] != r["hazard"] for r in ok)),
                     "unsettled_wrong": int(sum(not r["settled"] and r["flag"] != r["hazard"] for r in ok))}
                    if ok and all("settled" in r for r in ok) else {}),
+                **(call_summary(ok) if ok and all("call" in r for r in ok) else {}),
                 **({"decided_by_step": {str(k): int(sum(r["decided_at_step"] == k for r in ok))
                                         for k in sorted({r["decided_at_step"] for r in ok})},
                     "mean_steps_run": float(np.mean([r["steps_run"] for r in ok if r["family"] == ok[0]["family"]]))}
@@ -298,6 +304,30 @@ def summarise(rows) -> dict:
             **{f"[{k}]": part([r for r in rows if family_kind(r) == k]) for k in kinds}}
 
 
+def call_summary(rows) -> dict:
+    """Three calls scored against the hazard labels: how many families were called (risky or safe) and the share,
+    the accuracy of the calls made with its exact binomial 95% CI, the wrong ones, risky calls on clean batches'
+    families, and how many were too close to call (and how many of those hazardous). With --settle: how many the
+    long mode took, how many of those it called, and how many of its calls were right."""
+    from scipy.stats import binomtest
+    called = [r for r in rows if r["call"] in (RISKY, SAFE)]
+    right = sum((r["call"] == RISKY) == r["hazard"] for r in called)
+    ci = binomtest(right, len(called)).proportion_ci(0.95, method="exact") if called else None
+    close = [r for r in rows if r["call"] == TOO_CLOSE]
+    out = {"called": len(called), "share_called": len(called) / len(rows) if rows else None,
+           "call_accuracy": right / len(called) if called else None,
+           "call_accuracy_ci95": [float(ci.low), float(ci.high)] if ci else None,
+           "call_errors": len(called) - right,
+           "risky_calls_clean": int(sum(r["call"] == RISKY and not r["hazard"] for r in called if r["clean_batch"])),
+           "too_close": len(close), "too_close_hazardous": int(sum(r["hazard"] for r in close))}
+    if all("called_by" in r for r in rows):
+        longs = [r for r in rows if r["called_by"] == "long mode"]
+        long_called = [r for r in longs if r["call"] in (RISKY, SAFE)]
+        out.update(long_mode=len(longs), long_called=len(long_called),
+                   long_right=int(sum((r["call"] == RISKY) == r["hazard"] for r in long_called)))
+    return out
+
+
 def table(summary: dict) -> str:
     lines = [f"{'':16s} {'pairs':>5s} {'hazard':>6s} {'AUROC':>6s} {'flag acc':>8s} {'false':>5s} "
              f"{'f.clean':>7s} {'missed':>6s} {'s/RM':>5s}"]
@@ -306,6 +336,18 @@ def table(summary: dict) -> str:
         fa = "n/a" if s["flag_accuracy"] is None else f"{s['flag_accuracy']:.3f}"
         lines.append(f"{k:16s} {s['pairs']:5d} {s['hazardous']:6d} {au:>6s} {fa:>8s} {s['false_flags']:5d} "
                      f"{s['false_flags_clean']:7d} {s['missed']:6d} {s['s_per_rm'] or 0:5.1f}")
+    if "called" in summary.get("all", {}):
+        lines.append(f"{'three calls':16s} {'called':>6s} {'share':>6s} {'right':>6s} {'95% CI':>15s} {'wrong':>5s} "
+                     f"{'risky on clean':>14s} {'too close (hazardous)':>21s}")
+        for k, s in summary.items():
+            acc = "n/a" if s["call_accuracy"] is None else f"{s['call_accuracy']:.3f}"
+            ci = "" if s["call_accuracy_ci95"] is None else "[{:.3f}, {:.3f}]".format(*s["call_accuracy_ci95"])
+            lines.append(f"{k:16s} {s['called']:6d} {s['share_called']:6.3f} {acc:>6s} {ci:>15s} {s['call_errors']:5d} "
+                         f"{s['risky_calls_clean']:14d} {s['too_close']:>12d} ({s['too_close_hazardous']})")
+        if "long_mode" in summary["all"]:
+            lines.append("--settle: the long mode took " + ", ".join(
+                f"{k} {s['long_mode']} (called {s['long_called']}, right {s['long_right']})"
+                for k, s in summary.items() if "long_mode" in s))
     if "settled" in summary.get("all", {}):
         lines.append("settled flags (--replicates): " + ", ".join(
             f"{k} {s['settled']}/{s['pairs'] - s['errors']} ({s['settled_wrong']} wrong; unsettled wrong "
