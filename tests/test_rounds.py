@@ -10,6 +10,7 @@ import pytest
 from audit.core import sequential as seq
 from audit.samples import decisions
 from audit.samples.certify import main as samples_main
+from audit.samples.rounds import LOOKS_METHOD, default_looks, snap
 
 ALPHA = 0.025
 
@@ -186,14 +187,18 @@ def _audit(s, gold, out, *extra):
                          "--no-figures", *extra])
 
 
-def test_rounds_draw_audit_next_and_the_record_chain(tmp_path, capsys):
+@pytest.mark.parametrize("design", ["looks", "anytime"])
+def test_rounds_draw_audit_next_and_the_record_chain(tmp_path, capsys, design):
     s, labels = _table(tmp_path)
     lab = tmp_path / "labels"
     lab.mkdir()
+    how = ["--looks", "anytime"] if design == "anytime" else []
     assert samples_main(["draw-gold", "--samples", str(s), "--rounds", "--per-cell", "20", "--max-per-cell", "100",
-                         "--out", str(lab / "round-1.csv")]) == 0
+                         *how, "--out", str(lab / "round-1.csv")]) == 0
     rec1 = json.loads((lab / "round-1.draw.json").read_text())
     assert rec1["design"] == "rounds" and rec1["round"] == 1 and rec1["max_per_cell"] == 100
+    looks = [10, 20, 30, 50, 75, 100] if design == "looks" else None          # the default: 10..100% of the cap
+    assert rec1["looks"] == looks
     assert sorted(n for _, _, n in rec1["counts"]) == [20] * 6 and rec1["previous"] is None
     _fill(lab / "round-1.csv", labels)
     assert _audit(s, lab, tmp_path / "o1") == 0
@@ -203,9 +208,14 @@ def test_rounds_draw_audit_next_and_the_record_chain(tmp_path, capsys):
     states = {d["decision"]: d["state"] for d in rb["decisions"]}
     assert set(states) == {"release verdict of good", "release verdict of bad", "the shipped choice"}
     assert "Labelling in rounds" in (tmp_path / "o1" / "summary.md").read_text()
-    assert ans["intervals"]["method"] == seq.METHOD
+    assert ans["intervals"]["method"] == (seq.METHOD if design == "anytime" else LOOKS_METHOD)
+    assert rb["looks"] == looks
     nxt = rb["next_round"]["cells"]
-    assert nxt and all(20 < c["target"] <= 40 for c in nxt)           # towards the estimate, at most doubling
+    if design == "anytime":
+        assert nxt and all(20 < c["target"] <= 40 for c in nxt)       # towards the estimate, at most doubling
+    else:                                                              # to the next look, as measured
+        assert nxt and all(c["target"] == 30 for c in nxt)
+        assert ans["intervals"]["looks"] == looks and ans["intervals"]["look_confidence"] == pytest.approx(1 - .05 / 6, abs=1e-4)
     # round 2 where the audit says a label can still decide; its record names round 1's
     assert samples_main(["draw-gold", "--next", "--from-answer", str(tmp_path / "o1" / "answer.json"),
                          "--samples", str(s), "--out", str(lab / "round-2.csv")]) == 0
@@ -260,3 +270,42 @@ def test_declared_looks_spend_alpha_once_and_one_look_is_the_fixed_design():
         one, fixed = row["looks, equal alpha"], row["fixed 100"]
         assert one["labels"] == fixed["labels"] == 100 * 30
         assert one["settled"] == fixed["settled"] and one["passes"] == fixed["passes"]
+
+
+def test_one_declared_look_is_the_fixed_design(tmp_path):
+    """--looks 20: the audit reads the 20 labels a cell once, at 95% -- the fixed design's intervals, number for number."""
+    s, labels = _table(tmp_path, n=120)
+    lab = tmp_path / "labels"
+    lab.mkdir()
+    assert samples_main(["draw-gold", "--samples", str(s), "--rounds", "--looks", "20",
+                         "--out", str(lab / "round-1.csv")]) == 0
+    rows = _fill(lab / "round-1.csv", labels)
+    fixed = tmp_path / "fixed.csv"                     # the same labels without the rounds record: a fixed design
+    fixed.write_text((lab / "round-1.csv").read_text())
+    assert len(rows) == 120
+    assert _audit(s, lab, tmp_path / "o_looks") == 0 and _audit(s, fixed, tmp_path / "o_fixed") == 0
+    a, b = (json.loads((tmp_path / o / "answer.json").read_text()) for o in ("o_looks", "o_fixed"))
+    assert a["intervals"]["method"] == LOOKS_METHOD and "rounds" in a and "rounds" not in b
+    for run, va in a["runs"].items():
+        vb = b["runs"][run]
+        assert va["ci95"] == vb["ci95"] and va["delta_ci95"] == vb["delta_ci95"]
+        for f, pa in va["per_family"].items():
+            assert pa["ci95"] == vb["per_family"][f]["ci95"] and pa["delta_ci95"] == vb["per_family"][f]["delta_ci95"]
+        assert va["passes_release_rule"] == vb["passes_release_rule"]
+    assert a["certification"] == b["certification"]
+
+
+def test_looks_are_declared_once_and_rounds_end_on_them(tmp_path, capsys):
+    assert default_looks(200) == [20, 40, 60, 100, 150, 200] and default_looks(5) == [1, 2, 4, 5]
+    assert snap(21, [20, 40, 60]) == 40 and snap(40, [20, 40, 60]) == 40 and snap(99, [20, 40, 60]) == 60
+    s, _ = _table(tmp_path, n=60)
+    out = lambda name: ["--out", str(tmp_path / name)]                # noqa: E731
+    bad = [(["--looks", "40,20"], "--looks '40,20': expected ascending positive label counts"),
+           (["--looks", "a,b"], "--looks 'a,b': expected ascending label counts"),
+           (["--looks", "20,40", "--per-cell", "30"], "--per-cell 30: not one of the declared looks 20,40"),
+           (["--looks", "20,40", "--max-per-cell", "50"], "--max-per-cell 50: the last of --looks is the cap (40)")]
+    for i, (extra, msg) in enumerate(bad):
+        assert samples_main(["draw-gold", "--samples", str(s), "--rounds", *extra, *out(f"b{i}.csv")]) == 2
+        assert msg in capsys.readouterr().err and not (tmp_path / f"b{i}.csv").exists()
+    assert samples_main(["draw-gold", "--samples", str(s), "--looks", "20,40", *out("c.csv")]) == 2
+    assert "--looks: only with --rounds" in capsys.readouterr().err

@@ -16,9 +16,10 @@ With --from-answer PREVIOUS/answer.json it prints the previous audit's gold budg
 every run's interval to be half as wide) and, when --per-cell is not given, draws that many per cell.
 
 Rounds (audit.samples.rounds; docs/samples.md, "Labelling in rounds"): --rounds declares at the first draw that the
-labels will come in rounds (at most --max-per-cell a cell, default 200) and the audit then uses confidence
-sequences; --next --from-answer OUT/answer.json draws the next round where that audit says a label can still change
-a decision, continuing each cell's order, its record chained to the previous round's.
+labels will come in rounds, read at declared looks (--looks, default 20,40,60,100,150,200 labels a cell; the audit
+takes the fixed design's interval at 1 - alpha/K at each) or, with --looks anytime, by confidence sequences; --next
+--from-answer OUT/answer.json draws the next round where that audit says a label can still change a decision,
+continuing each cell's order to a look, its record chained to the previous round's.
 
 Exit status: 0 written; 2 bad input or usage (one line per problem, nothing written); 1 internal failure."""
 from __future__ import annotations
@@ -139,10 +140,16 @@ def parser() -> Parser:
                          "and gold are written under their mapped names")
     r = ap.add_argument_group("rounds (label until decided: docs/samples.md)")
     r.add_argument("--rounds", action="store_true",
-                   help="declare at this first draw that labels come in rounds: the audit then uses confidence "
-                        "sequences, valid at every round, and draw-gold --next draws the next round")
+                   help="declare at this first draw that labels come in rounds, read at declared looks (--looks); "
+                        "draw-gold --next then draws the next round where a decision is open")
+    r.add_argument("--looks", default=None, metavar="N1,N2,...|anytime",
+                   help="with --rounds: the label counts a cell is read at, ascending; the last is the cap (default "
+                        "six looks at 10, 20, 30, 50, 75, 100%% of --max-per-cell: 20,40,60,100,150,200); each look's "
+                        "interval is the fixed design's at confidence 1 - alpha/K. 'anytime': confidence sequences "
+                        "instead, readable at any count (wider: docs/intervals.md)")
     r.add_argument("--max-per-cell", type=positive_int, default=None, metavar="CAP",
-                   help="with --rounds: at most CAP labels a cell over all rounds (default 200); a cell's rows beyond "
+                   help="with --rounds: at most CAP labels a cell over all rounds (default 200; with --looks, "
+                        "its last); with --looks anytime a cell's rows beyond "
                         "the cap are its pool, which lets the proxy in")
     r.add_argument("--next", action="store_true",
                    help="draw the next round of a rounds design where the audit --from-answer says a label can "
@@ -164,7 +171,7 @@ def main(argv) -> int:
     if there:
         problems.append(f"--out {out}: {' and '.join(there)} exist{'s' * (len(there) == 1)} (labels filled in there "
                         "would be lost): remove or choose another name")
-    if a.next or a.rounds or a.max_per_cell is not None:
+    if a.next or a.rounds or a.max_per_cell is not None or a.looks is not None:
         from .rounds import draw_round
         return draw_round(a, out, fmt, mapping, problems)
     per_cell, advice, sm = a.per_cell, [], None

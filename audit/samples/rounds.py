@@ -29,8 +29,35 @@ from audit.core import sequential
 from .draw_order import RECORD_KIND, positions, rows_between
 
 DESIGN = "rounds"
+LOOKS_METHOD = "declared looks: the fixed-n bounded-mean interval at confidence 1 - alpha/K at each of K looks"
 DEFAULT_CAP = 200
 MIN_ROUND = 10
+
+
+def default_looks(cap: int) -> list[int]:
+    """Six looks at 10, 20, 30, 50, 75 and 100% of the cap (20, 40, 60, 100, 150, 200 at the default cap 200: the
+    schedule measured in docs/intervals.md); repeated counts of a small cap merged."""
+    return sorted({max(1, round(cap * p)) for p in (0.1, 0.2, 0.3, 0.5, 0.75, 1.0)})
+
+
+def snap(n: int, looks) -> int:
+    """The smallest look at or above n (the last look beyond it): a round ends on a look, where the labels count."""
+    return next((int(v) for v in looks if v >= n), int(looks[-1]))
+
+
+def parse_looks(text: str) -> list[int] | None:
+    """--looks: 'anytime' (confidence sequences: None) or ascending positive label counts a cell, comma-separated."""
+    if text.strip().lower() == "anytime":
+        return None
+    try:
+        looks = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--looks {text!r}: expected ascending label counts a cell, e.g. 20,40,60,100,150,200, "
+                         "or 'anytime'") from None
+    if not looks or looks[0] < 1 or any(b <= a for a, b in zip(looks, looks[1:])):
+        raise ValueError(f"--looks {text!r}: expected ascending positive label counts a cell, e.g. "
+                         "20,40,60,100,150,200, or 'anytime'")
+    return looks
 
 
 def is_rounds(rec: dict) -> bool:
@@ -122,7 +149,7 @@ def verify(settings: dict, table, latest: Path, problems: list[str]) -> dict | N
         if rec.get("round") != i:
             problems.append(f"{path}: round {rec.get('round')!r}, expected {i} (the chain from round 1 has {len(recs)})")
             return None
-        for k in ("seed", "samples_sha256", "max_per_cell", "column_mapping"):
+        for k in ("seed", "samples_sha256", "max_per_cell", "column_mapping", "looks"):
             if rec.get(k) != first.get(k):
                 problems.append(f"{path}: {k} {rec.get(k)!r} differs from round 1's {first.get(k)!r}")
                 return None
@@ -165,7 +192,23 @@ def verify(settings: dict, table, latest: Path, problems: list[str]) -> dict | N
     if extra or missing:
         return None
     path, rec, text = recs[-1]
-    design = {"seed": seed, "cap": cap, "round": len(recs), "counts": before, "record": rec,
+    looks = first.get("looks")
+    if looks is not None:
+        try:
+            looks = parse_looks(",".join(map(str, looks)))
+        except (TypeError, ValueError):
+            looks = None
+        if not looks or looks[-1] != cap:
+            problems.append(f"{recs[0][0]}: looks {first.get('looks')!r}: expected ascending label counts a cell "
+                            f"ending at max_per_cell {cap}")
+            return None
+        full = {c: len(table.cells.get(c, [])) for c in before}
+        off = [f"{r}/{f} at {n}" for (r, f), n in sorted(before.items()) if n not in looks and n != full[(r, f)]]
+        if off:
+            problems.append(f"{path}: labels a cell off the declared looks {looks}: {', '.join(off[:5])} (a round "
+                            "ends on a look; draw with python -m audit.samples draw-gold)")
+            return None
+    design = {"seed": seed, "cap": cap, "round": len(recs), "counts": before, "record": rec, "looks": looks,
               "record_path": str(Path(path).resolve()), "record_sha256": text_sha256(text)}
     table.position, table.rounds = pos.astype(np.int32), design
     return design
@@ -188,13 +231,28 @@ def draw_round(a, out: Path, fmt, mapping: dict, problems: list[str]) -> int:
         problems.append("--max-per-cell: only with --rounds (the first draw declares the cap; later rounds keep it)")
     if a.next and a.from_answer is None:
         problems.append("--next: give --from-answer OUT/answer.json, the audit of the rounds so far")
-    if a.rounds and a.per_cell is None:
-        problems.append("--per-cell: not given (the first round's labels a cell)")
     if a.rounds and a.from_answer is not None:
         problems.append("--rounds with --from-answer: a rounds design starts afresh; continue one with --next")
-    cap = a.max_per_cell or DEFAULT_CAP
-    if a.rounds and a.per_cell and a.per_cell > cap:
-        problems.append(f"--per-cell {a.per_cell}: above the cap --max-per-cell {cap}")
+    if a.looks is not None and not a.rounds:
+        problems.append("--looks: only with --rounds (the first draw declares them; later rounds keep them)")
+    looks = None
+    try:
+        looks = parse_looks(a.looks) if a.looks is not None else None
+    except ValueError as e:
+        problems.append(str(e))
+    if looks and a.max_per_cell is not None and a.max_per_cell != looks[-1]:
+        problems.append(f"--max-per-cell {a.max_per_cell}: the last of --looks is the cap ({looks[-1]}); give one")
+    cap = looks[-1] if looks else a.max_per_cell or DEFAULT_CAP
+    if a.rounds and a.looks is None:
+        looks = default_looks(cap)                  # declared looks unless --looks anytime
+    per_cell = a.per_cell if a.per_cell is not None or not a.rounds else looks[0] if looks else None
+    if a.rounds and per_cell is None:
+        problems.append("--per-cell: not given (the first round's labels a cell)")
+    if a.rounds and per_cell and per_cell > cap:
+        problems.append(f"--per-cell {per_cell}: above the cap --max-per-cell {cap}")
+    if a.rounds and looks and per_cell and per_cell not in looks:
+        problems.append(f"--per-cell {per_cell}: not one of the declared looks {','.join(map(str, looks))} (a round "
+                        "ends on a look: labels between looks wait for the next one)")
     plan = prev = prev_path = prev_text = None
     if a.next and a.from_answer is not None:
         plan, prev_path, prev_text, bad = _planned(Path(a.from_answer))
@@ -217,12 +275,14 @@ def draw_round(a, out: Path, fmt, mapping: dict, problems: list[str]) -> int:
     table, prompts = loaded
     if prev is not None:
         seed, cap, round_ = int(prev["seed"]), int(prev["max_per_cell"]), int(prev["round"]) + 1
+        looks = prev.get("looks")
         mapping = prev.get("column_mapping") or {}
         before = counts_of(prev)
         after = dict(before)
         for c in plan:
             key = (c["run"], c["family"])
             target = c["target"] if not a.per_cell else before.get(key, 0) + a.per_cell
+            target = snap(target, looks) if looks else target
             after[key] = int(min(cap, len(table.cells.get(key, [])), max(before.get(key, 0), target)))
         if after == before:
             print("[draw-gold] nothing to draw: the audit's answer plans no further round (every decision settled, or "
@@ -230,7 +290,7 @@ def draw_round(a, out: Path, fmt, mapping: dict, problems: list[str]) -> int:
             return EXIT_OK
     else:
         seed, round_, before = a.seed, 1, {}
-        after = {c: min(a.per_cell, len(rows)) for c, rows in table.cells.items() if len(rows)}
+        after = {c: min(per_cell, len(rows)) for c, rows in table.cells.items() if len(rows)}
     pos = positions(table, seed)
     picked = rows_between(table, pos, before, after)
     ids = table.sample_id.take(picked).to_pylist()
@@ -246,8 +306,9 @@ def draw_round(a, out: Path, fmt, mapping: dict, problems: list[str]) -> int:
              col("gold"): None} for i in order]
     rec = record_path(out)
     record = {"kind": RECORD_KIND, "design": DESIGN, "round": round_, "max_per_cell": cap,
-              "method": sequential.METHOD, "samples": str(Path(a.samples).resolve()),
-              "samples_sha256": table_sha256(a.samples), "seed": seed, "per_cell": a.per_cell if round_ == 1 else None,
+              "looks": looks, "method": LOOKS_METHOD if looks else sequential.METHOD,
+              "samples": str(Path(a.samples).resolve()), "samples_sha256": table_sha256(a.samples), "seed": seed,
+              "per_cell": per_cell if round_ == 1 else None,
               "column_mapping": mapping, "n_samples": int(table.n_rows),
               "n_cells": sum(len(r) > 0 for r in table.cells.values()), "n_drawn": len(rows), "to_label": out.name,
               "counts": counts_list(after), "sample_ids": sorted(map(str, ids)),
@@ -260,7 +321,8 @@ def draw_round(a, out: Path, fmt, mapping: dict, problems: list[str]) -> int:
         atomic_write_text(out, "" if fmt == "jsonl" else ",".join([col("sample_id"), "run", "family", "prompt_id",
                                                                     "prompt", "completion", col("gold")]) + "\n")
     where = "" if out.parent == Path(".") else f" (audit them with the earlier rounds' files: --gold {out.parent}/)"
-    print(f"[draw-gold] round {round_} of a rounds design (at most {cap} labels a cell; seed {seed}): {len(rows)} rows "
+    how = f"looks {','.join(map(str, looks))} labels a cell" if looks else f"at most {cap} labels a cell, anytime"
+    print(f"[draw-gold] round {round_} of a rounds design ({how}; seed {seed}): {len(rows)} rows "
           f"to label in {sum(after.get(c, 0) > before.get(c, 0) for c in after)} cells -> {out}; record -> {rec}"
           f"{where}. Fill in '{col('gold')}' for every row, then audit: python -m audit.samples --samples "
           f"{a.samples} --gold {out.parent if round_ > 1 else out} --out DIR", flush=True)

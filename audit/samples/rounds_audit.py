@@ -14,12 +14,6 @@ from .estimates import SamplesAudit
 from .rounds import DESIGN, MIN_ROUND
 
 
-def audit_for(table, reference, cfg=None, cell_cache=None) -> SamplesAudit:
-    """The audit a table asks for: a RoundsAudit when its draw record declared rounds, else the fixed design's."""
-    cls = RoundsAudit if getattr(table, "rounds", None) else SamplesAudit
-    return cls(table, reference, cfg, cell_cache)
-
-
 class RoundsAudit(SamplesAudit):
     """The samples audit of a rounds design: the same report, with confidence sequences (audit.core.sequential) in
     place of the fixed-n intervals, and the rounds block (what is settled, what the next round buys)."""
@@ -93,8 +87,7 @@ class RoundsAudit(SamplesAudit):
                       "delta": d["estimate"], "delta_ci95": d["ci95"], "delta_ci95_gold_only": dg["ci95"],
                       "proxy_mean": c["proxy_mean"], "reference_proxy_mean": r["proxy_mean"],
                       "n_samples": c["n_samples"], "n_gold": c["n_gold"], "lam": lam, "widened": False,
-                      "method": f"{sequential.METHOD} over {c['n_gold']} labels in draw order"
-                                + (f", prediction-powered (lam {lam:.2f} in the last block)" if lam else ", gold only"),
+                      "method": self.cell_method(c, lam),
                       "width_ratio": _ratio(q["ci95"], qg["ci95"])}
         b = self.sum([(w, (run, f)) for f in fams])
         bg = self.sum([(w, (run, f)) for f in fams], gold_only=True)
@@ -109,6 +102,14 @@ class RoundsAudit(SamplesAudit):
             v = self._rule(deltas, db)
             out.update(passes=v["passes"], reasons=v["reasons"], checks=v["checks"])
         return out
+
+    def cell_method(self, c: dict, lam: float) -> str:
+        return (f"{sequential.METHOD} over {c['n_gold']} labels in draw order"
+                + (f", prediction-powered (lam {lam:.2f} in the last block)" if lam else ", gold only"))
+
+    def next_count(self, now: int, need: int) -> int:
+        """A cell's labels after the next round: towards what its open decisions need, at most doubling, in the cap."""
+        return min(self.design["cap"], max(now + MIN_ROUND, min(need, 2 * now)))
 
     def budget(self) -> dict:
         out = {}
@@ -234,21 +235,23 @@ def report(audit: RoundsAudit) -> dict:
     nxt = []
     for c_, n in sorted(want.items()):
         now = counts[c_]
-        target = min(cap, max(now + MIN_ROUND, min(n, 2 * now)))
+        target = min(cap, audit.next_count(now, n))
         if target > now:
             nxt.append({"run": c_[0], "family": c_[1], "labelled": int(now), "target": int(target)})
     n_new = sum(x["target"] - x["labelled"] for x in nxt)
     open_rows = [r_ for r_ in rows if r_["state"] == "open"]
     if nxt:
-        buys = (f"the next round ({n_new} labels in {len(nxt)} cells, each cell towards the labels its open "
-                f"decisions are estimated to need, at most doubling it, at most {cap}) works on: "
+        how = ("each cell to its next declared look" if getattr(audit, "looks", None) else
+               f"each cell towards the labels its open decisions are estimated to need, at most doubling it, at most "
+               f"{cap}")
+        buys = (f"the next round ({n_new} labels in {len(nxt)} cells, {how}) works on: "
                 + "; ".join(r_["decision"] for r_ in open_rows))
     elif open_rows:
         buys = (f"nothing more can be drawn: the cells of the open decisions are at the cap ({cap} labels a cell); "
                 "those decisions stay open")
     else:
         buys = "every decision is settled: no further round is needed"
-    return {"design": DESIGN, "round": d["round"], "max_per_cell": cap, "seed": d["seed"],
+    return {"design": DESIGN, "round": d["round"], "max_per_cell": cap, "seed": d["seed"], "looks": d.get("looks"),
             "labels": int(sum(counts.values())), "cells_at_cap": int(sum(n >= cap for n in counts.values())),
             "decisions": rows, "settled": sum(r_["state"] == "settled" for r_ in rows), "open": len(open_rows),
             "next_round": {"labels": int(n_new), "cells": nxt, "buys": buys} if nxt else {"labels": 0, "cells": [],
