@@ -309,3 +309,33 @@ def test_looks_are_declared_once_and_rounds_end_on_them(tmp_path, capsys):
         assert msg in capsys.readouterr().err and not (tmp_path / f"b{i}.csv").exists()
     assert samples_main(["draw-gold", "--samples", str(s), "--looks", "20,40", *out("c.csv")]) == 2
     assert "--looks: only with --rounds" in capsys.readouterr().err
+
+
+def test_a_summarised_cell_is_read_through_its_rows_beyond_the_cap(tmp_path, monkeypatch):
+    """A cell too large to keep whole (audit.samples.cells) keeps a subsample of its unlabelled rows; in a rounds
+    design only its never-labelled rows beyond the cap stand for the unlabelled (their make-up does not follow the
+    rounds). Shrunk here so a small table is summarised."""
+    from audit.samples import cells
+    monkeypatch.setattr(cells, "KEEP_UNLABELLED", 100)
+    monkeypatch.setattr(cells, "STRESS_UNLABELLED", 80)
+    s, labels = _table(tmp_path, n=300)
+    lab = tmp_path / "labels"
+    lab.mkdir()
+    assert samples_main(["draw-gold", "--samples", str(s), "--rounds", "--looks", "20,40",
+                         "--out", str(lab / "round-1.csv")]) == 0
+    _fill(lab / "round-1.csv", labels)
+    assert _audit(s, lab, tmp_path / "o") == 0
+    ans = json.loads((tmp_path / "o" / "answer.json").read_text())
+    assert ans["rounds"]["looks"] == [20, 40]
+    for v in ans["runs"].values():
+        for pf in v["per_family"].values():
+            lo, hi = pf["ci95"]
+            assert 0 <= lo < hi <= 1 and pf["n_gold"] == 20
+    from audit.samples.looks_audit import LooksAudit
+    from audit.samples.session import open_audit
+    audit = open_audit({"samples": str(s), "gold": str(lab)})       # the audit the CLI ran, in this process
+    assert isinstance(audit, LooksAudit) and len(audit.t.summaries) == 6          # every cell summarised
+    beyond = {c: int((audit.t.position[audit.t.cell(*c)] > 40).sum()) for c in audit.t.summaries}
+    assert all(0 < n <= 80 for n in beyond.values())                 # the kept rows beyond the cap stand in
+    assert audit.runs["good"]["delta_ci95"] == ans["runs"]["good"]["delta_ci95"] or \
+        audit.runs["good"]["delta_ci95"] == pytest.approx(ans["runs"]["good"]["delta_ci95"], abs=1e-4)

@@ -103,7 +103,13 @@ class LooksAudit(RoundsAudit):
         n = min(n, c["n_gold"])
         # which rows, by draw order; each set in table order, as the fixed door reads a cell (so one look is the
         # fixed design exactly: the same rows in the same order give the same interval)
-        lab, rest = np.sort(c["rows"][:n]), np.sort(c["rows"][n:])
+        lab, rest = np.sort(c["rows"][:n]), c["rows"][n:]
+        if (run, family) in t.summaries:
+            # a cell summarised for its size (audit.samples.cells) keeps a subsample of its unlabelled rows, whose
+            # make-up follows how many rows the rounds labelled; its rows beyond the cap -- never labelled -- are a
+            # random sample of the cell whatever the rounds did, so they alone stand for the unlabelled
+            rest = rest[t.position[rest] > self.design["cap"]]
+        rest = np.sort(rest)
         y, f, fu = t.gold[lab], t.proxy[lab], t.proxy[rest]
         h = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (y, f, fu))).hexdigest()
         key = ("looks-cell", run, family, n, h, lo, hi, conf, self.cfg.seed, self.cfg.draws)
