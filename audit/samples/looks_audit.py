@@ -16,8 +16,7 @@ import hashlib
 import numpy as np
 
 from audit.core import bounded
-from .estimates import combine
-from .estimates import SamplesAudit
+from .estimates import SamplesAudit, combine
 from .rounds import LOOKS_METHOD, snap
 from .rounds_audit import RoundsAudit
 

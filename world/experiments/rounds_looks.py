@@ -1,6 +1,7 @@
 """python -m world.experiments.rounds_looks --looks 20,40,60,100,150,200: the other rounds design, measured on the
 release-rule tables of rounds_coverage (world.experiments.rounds_tables) -- *declared looks* instead of a
-confidence sequence (docs/intervals.md, "Declared looks"). Not built into the door; what it would buy.
+confidence sequence (docs/intervals.md, "Declared looks"): what the door's default rounds design
+(audit.samples.looks_audit, draw-gold --rounds) buys, measured before it was built, with the same intervals.
 
 A cell may be labelled only up to counts in a schedule declared with the draw (the looks); a sum of cells (a family's
 change, a balanced figure, a pair of runs) is read on the first m labels of each of its cells, m its cells' smallest
