@@ -29,7 +29,7 @@ from audit.core import sequential
 from .draw_order import RECORD_KIND, positions, rows_between
 
 DESIGN = "rounds"
-LOOKS_METHOD = "declared looks: the fixed-n bounded-mean interval at confidence 1 - alpha/K at each of K looks"
+LOOKS_METHOD = "declared looks (the fixed-n bounded-mean interval at confidence 1 - alpha/K at each of K looks)"
 DEFAULT_CAP = 200
 MIN_ROUND = 10
 
