@@ -233,8 +233,14 @@ def test_rounds_draw_audit_next_and_the_record_chain(tmp_path, capsys, design):
     (lab / "round-2.csv").write_text(as_drawn)
     _fill(lab / "round-2.csv", labels)
     assert _audit(s, lab, tmp_path / "o2") == 0
-    rb2 = json.loads((tmp_path / "o2" / "answer.json").read_text())["rounds"]
+    ans2 = json.loads((tmp_path / "o2" / "answer.json").read_text())
+    rb2 = ans2["rounds"]
     assert rb2["round"] == 2 and rb2["labels"] == 120 + len(rec2["sample_ids"])
+    # a look's interval lies inside the ones before it (both designs intersect): a side once shown stays shown
+    for run, v in ans2["runs"].items():
+        for f, pf in v["per_family"].items():
+            lo1, hi1 = ans["runs"][run]["per_family"][f]["delta_ci95"]
+            assert lo1 <= pf["delta_ci95"][0] <= pf["delta_ci95"][1] <= hi1
     # a record edited after the next round was drawn breaks the chain
     (lab / "round-1.draw.json").write_text((lab / "round-1.draw.json").read_text().replace('"round": 1', '"round":1'))
     assert _audit(s, lab, tmp_path / "o3") == 2

@@ -125,20 +125,30 @@ class LooksAudit(RoundsAudit):
         return self._shared[key]
 
     def sum(self, terms, gold_only: bool = False) -> dict:
-        """The interval of sum_k w_k (cell k's mean) at the last look its cells all reach: estimate, ci95, the look's
-        count, lam of each cell; cached."""
+        """The interval of sum_k w_k (cell k's mean) at the last look its cells all reach, intersected with its
+        intervals at the looks before (all of them cover together with probability >= 1 - alpha, so their
+        intersection does too, and a side once shown stays shown): estimate, ci95, the look's count, lam of each
+        cell; cached."""
         reach = min(self._reach(self.cell(r, f)) for _, (r, f) in terms)
         k = len(self.looks) - 1 if reach == float("inf") else look_at(int(reach), self.looks)
         if k is None:
             cells = ", ".join(f"{r}/{f}" for _, (r, f) in terms)
             raise ValueError(f"cells {cells}: {int(reach)} labels, below the first declared look {self.looks[0]} "
                              "(draw-gold's rounds end on looks; was a record edited?)")
-        n, conf = self.looks[k], self.look_confidence
-        key = ("looks-sum", tuple((float(w), c) for w, c in terms), gold_only, n, conf)
+        key = ("looks-sum", tuple((float(w), c) for w, c in terms), gold_only, k, self.look_confidence)
         if key not in self._sums:
-            parts = [(float(w), self._parts(r, f, n, conf)) for w, (r, f) in terms]
-            ci = combine([(w, p["gold_only" if gold_only else "ppi"]) for w, p in parts], conf)
-            lo, hi = (float(v) for v in ci["ci95"])
-            self._sums[key] = {"estimate": float(np.clip(ci["estimate"], lo, hi)), "ci95": [lo, hi], "n": n,
-                               "look": k + 1, "lam": [0.0 if gold_only else p["lam"] for _, p in parts]}
+            at = [self._at_look(terms, gold_only, j) for j in range(k + 1)]
+            lo, hi = max(a["ci95"][0] for a in at), min(a["ci95"][1] for a in at)
+            if lo > hi:         # the looks disagree: one of them missed (the 5% case); the last look alone
+                lo, hi = at[-1]["ci95"]
+            self._sums[key] = {"estimate": float(np.clip(at[-1]["estimate"], lo, hi)), "ci95": [lo, hi],
+                               "n": self.looks[k], "look": k + 1, "lam": at[-1]["lam"]}
         return self._sums[key]
+
+    def _at_look(self, terms, gold_only: bool, k: int) -> dict:
+        """The fixed design's interval of the sum on the first looks[k] labels of each cell, at 1 - alpha/K."""
+        n, conf = self.looks[k], self.look_confidence
+        parts = [(float(w), self._parts(r, f, n, conf)) for w, (r, f) in terms]
+        ci = combine([(w, p["gold_only" if gold_only else "ppi"]) for w, p in parts], conf)
+        return {"estimate": float(ci["estimate"]), "ci95": [float(v) for v in ci["ci95"]],
+                "lam": [0.0 if gold_only else p["lam"] for _, p in parts]}
