@@ -266,7 +266,7 @@ def test_a_fixed_design_is_not_continued_in_rounds(tmp_path, capsys):
 def test_declared_looks_spend_alpha_once_and_one_look_is_the_fixed_design():
     """world.experiments.rounds_looks (docs/intervals.md, "Declared looks"): the valid designs split 0.05 over
     the looks; with a single look at 100 the design is the fixed 100-a-cell design, verdict for verdict."""
-    from world.experiments.rounds_looks import designs, run_table
+    from world.experiments.rounds_looks import DOOR, designs, run_table
     from world.experiments.rounds_tables import table_spec
     d = designs((20, 40, 100))
     assert sum(d["looks, equal alpha"]) == pytest.approx(0.05) and sum(d["looks, alpha by n"]) == pytest.approx(0.05)
@@ -274,6 +274,7 @@ def test_declared_looks_spend_alpha_once_and_one_look_is_the_fixed_design():
     res = run_table(table_spec(0, 0), 3, 0, (100,), 500)
     for row in res["rows"]:
         one, fixed = row["looks, equal alpha"], row["fixed 100"]
+        assert row[DOOR] == one                           # one look: nothing to intersect
         assert one["labels"] == fixed["labels"] == 100 * 30
         assert one["settled"] == fixed["settled"] and one["passes"] == fixed["passes"]
 

@@ -11,7 +11,8 @@ A condition of the release rule compares a quantity with a threshold:
 
 It is *settled* when the quantity's interval lies wholly on one side of the threshold: above it (the condition holds
 for good; for `gain`, the estimate can no longer fall below) or below it (it fails for good). Intervals from a
-confidence sequence only shrink (running intersection), so a settled condition stays settled. A run's verdict is
+confidence sequence only shrink (running intersection), and so do the declared looks' (intersected over the looks
+reached: audit.samples.looks_audit), so a settled condition stays settled. A run's verdict is
 settled when one condition has failed for good (it fails whatever else happens) or every condition holds for good.
 The shipped choice (the passing run with the highest estimate) is settled when every verdict is and the chosen run's
 balanced quality is shown above each other passing run's (their difference's lower bound above 0); with one passing
