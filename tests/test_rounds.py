@@ -346,3 +346,23 @@ def test_a_summarised_cell_is_read_through_its_rows_beyond_the_cap(tmp_path, mon
     assert all(0 < n <= 80 for n in beyond.values())                 # the kept rows beyond the cap stand in
     assert audit.runs["good"]["delta_ci95"] == ans["runs"]["good"]["delta_ci95"] or \
         audit.runs["good"]["delta_ci95"] == pytest.approx(ans["runs"]["good"]["delta_ci95"], abs=1e-4)
+
+
+def test_a_record_whose_counts_are_off_its_looks_is_refused(tmp_path, capsys):
+    s, labels = _table(tmp_path, n=60)
+    lab = tmp_path / "labels"
+    lab.mkdir()
+    assert samples_main(["draw-gold", "--samples", str(s), "--rounds", "--looks", "anytime", "--per-cell", "25",
+                         "--max-per-cell", "40", "--out", str(lab / "round-1.csv")]) == 0
+    _fill(lab / "round-1.csv", labels)
+    rec = json.loads((lab / "round-1.draw.json").read_text())
+    rec["looks"] = [20, 40]                        # declared afterwards: 25 a cell is no look of it
+    (lab / "round-1.draw.json").write_text(json.dumps(rec))
+    assert _audit(s, lab, tmp_path / "o") == 2
+    err = capsys.readouterr().err
+    assert "round-1.draw.json: labels a cell off the declared looks [20, 40]" in err and "at 25" in err
+    assert not (tmp_path / "o" / "answer.json").exists()
+    rec["looks"] = [20, 30]                        # not ending at the cap
+    (lab / "round-1.draw.json").write_text(json.dumps(rec))
+    assert _audit(s, lab, tmp_path / "o") == 2
+    assert "expected ascending label counts a cell ending at max_per_cell 40" in capsys.readouterr().err
