@@ -230,6 +230,18 @@ def markdown(summary: dict, rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """--shard I/K: (I, K), or None when not given; InputError naming the value otherwise."""
+    if text is None:
+        return None
+    try:
+        i, k = (int(v) for v in text.split("/"))
+        assert k >= 1 and 0 <= i < k
+    except (ValueError, AssertionError):
+        raise InputError(f"--shard {text}: expected I/K with 0 <= I < K") from None
+    return i, k
+
+
 def main(argv=None) -> int:
     ap = Parser(prog="python -m world.experiments.interval_coverage", description=first_paragraph(__doc__))
     ap.add_argument("--out", required=True, help="directory: grid.jsonl (one line a grid point), summary.json/.md")
@@ -259,14 +271,7 @@ def main(argv=None) -> int:
     if a.quick:
         points = [p for p in points if p["kind"] in ("binary", "continuous") and p["n"] in (10, 50)
                   and p["N"] == 100 and p["rho"] in (0.0, 0.8) and p["mean"] in (0.0, 0.01, 0.5, 0.99, 1.0)]
-    shard = None
-    if a.shard is not None:
-        try:
-            i, k = (int(v) for v in a.shard.split("/"))
-            assert k >= 1 and 0 <= i < k
-        except (ValueError, AssertionError):
-            raise InputError(f"--shard {a.shard}: expected I/K with 0 <= I < K") from None
-        shard = (i, k)
+    shard = parse_shard(a.shard)
     grid_file = out / ("grid.jsonl" if shard is None else f"grid.{shard[0]}.jsonl")
     done = {}
     for f in sorted(out.glob("grid*.jsonl")):

@@ -30,7 +30,7 @@ from audit.core import bounded, sequential as seq
 from audit.samples.estimates import combine
 from rlhf.cli import Parser, positive_int, seed_arg
 from rlhf.errors import InputError, run_cli
-from world.experiments.interval_coverage import CONFIDENCE, KINDS, MEANS, RHOS, threshold
+from world.experiments.interval_coverage import CONFIDENCE, KINDS, MEANS, RHOS, parse_shard, threshold
 from world.experiments.rounds_tables import CAP, LOOKS, POOLS, cell_data, run_table, summarise_tables, table_spec, \
     tables_markdown
 
@@ -223,14 +223,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
-    shard = None
-    if a.shard is not None:
-        try:
-            i, k = (int(v) for v in a.shard.split("/"))
-            assert k >= 1 and 0 <= i < k
-        except (ValueError, AssertionError):
-            raise InputError(f"--shard {a.shard}: expected I/K with 0 <= I < K") from None
-        shard = (i, k)
+    shard = parse_shard(a.shard)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     suffix = "" if shard is None else f".{shard[0]}"
