@@ -258,7 +258,7 @@ class SamplesAudit:
             x, y = proxy[m], t.gold[m]
             # a family's figures depend on its own gold rows only: the corruption stress, which changes one or two
             # families' proxy at a time, reuses the others' (keyed by the rows' values)
-            key = ("agreement", f, _digest(x, y), self.cfg.n_resamples, self.cfg.seed, ci_method, spearman)
+            key = ("agreement", f, digest(x, y), self.cfg.n_resamples, self.cfg.seed, ci_method, spearman)
             if key not in self._shared and len(m) < MIN_PROXY_GOLD:     # no proxy to judge (missing on its rows)
                 self._shared[key] = {"pearson": None, "ci95": None, "spearman": None, "spearman_ci95": None,
                                      "method": f"not evaluable: {len(m)} gold rows with a proxy (at least "
@@ -295,7 +295,7 @@ class SamplesAudit:
             m = rows[f]
             x, y = proxy[m], t.gold[m]
             i = rng.integers(0, max(1, len(x)), (B, len(x)))   # drawn in every case: the next family's draw is the same
-            key = ("slope", f, _digest(x, y), B, self.cfg.seed)
+            key = ("slope", f, digest(x, y), B, self.cfg.seed)
             if key not in self._shared and len(m) < MIN_PROXY_GOLD:
                 self._shared[key] = (np.nan, np.full(B, np.nan))
             if key not in self._shared:
@@ -397,7 +397,8 @@ def _pearson_lower(x, y, n_resamples, cfg) -> float:
     return pearson_ci(x, y, n_resamples=n_resamples, seed=cfg.seed, method="percentile")["ci95"][0]
 
 
-def _digest(*arrays) -> str:
+def digest(*arrays) -> str:
+    """sha256 of arrays' bytes: the key of a cache entry computed from them."""
     return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest()
 
 

@@ -11,22 +11,28 @@ count (lockstep), so it too is seen once per look. One look is the fixed design 
 """
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from audit.core import bounded
-from .estimates import SamplesAudit, combine
+from .estimates import SamplesAudit, combine, digest
 from .rounds import LOOKS_METHOD, snap
 from .rounds_audit import RoundsAudit
-
-METHOD = LOOKS_METHOD
 
 
 def look_at(n: int, looks) -> int | None:
     """The index of the largest look at or below n (None below the first)."""
     k = [i for i, v in enumerate(looks) if v <= n]
     return k[-1] if k else None
+
+
+def intersect(bounds: list) -> tuple:
+    """A quantity's bounds [(lo, hi), ...] at its looks so far (floats, or arrays over replicates) -> their
+    intersection (all looks cover together on the union bound's event, so it does too; a side once shown stays
+    shown); where they do not meet -- a look missed -- the last look's alone."""
+    lo = np.max([np.asarray(b[0], float) for b in bounds], 0)
+    hi = np.min([np.asarray(b[1], float) for b in bounds], 0)
+    apart = lo > hi
+    return np.where(apart, bounds[-1][0], lo), np.where(apart, bounds[-1][1], hi)
 
 
 def audit_for(table, reference, cfg=None, cell_cache=None) -> SamplesAudit:
@@ -48,7 +54,7 @@ class LooksAudit(RoundsAudit):
     def intervals(self) -> dict:
         base = super(RoundsAudit, self).intervals()
         K = len(self.looks)
-        return {**base, "method": METHOD, "looks": self.looks, "look_confidence": self.look_confidence,
+        return {**base, "method": LOOKS_METHOD, "looks": self.looks, "look_confidence": self.look_confidence,
                 "description": f"{bounded.METHOD_LONG}; taken at each of the {K} declared looks "
                                f"({', '.join(map(str, self.looks))} labels a cell) at confidence "
                                f"{self.look_confidence:.4g} (alpha {1 - self.cfg.confidence:g} split over the looks), "
@@ -64,6 +70,9 @@ class LooksAudit(RoundsAudit):
         measured in docs/intervals.md: a look skipped is alpha spent for nothing, a look overshot labels for nothing)."""
         return snap(now + 1, self.looks)
 
+    def next_round_rule(self) -> str:
+        return "each cell to its next declared look"
+
     def cell_method(self, c: dict, lam: float) -> str:
         k = self.sum([(1.0, (c["run"], c["family"]))])["look"]
         return (f"{bounded.METHOD} at look {k} of {len(self.looks)} ({self.looks[k - 1]} labels in draw order, "
@@ -72,17 +81,15 @@ class LooksAudit(RoundsAudit):
 
     def _cell(self, run, family) -> dict:
         t = self.t
-        idx = t.cell(run, family)
-        pos = t.position[idx]
-        lab = ~np.isnan(t.gold[idx])
-        order = np.argsort(pos, kind="stable")
-        rows = idx[order]                                 # the whole cell in its seeded order
-        n = int(lab.sum())
-        if not np.array_equal(np.sort(pos[lab]), np.arange(1, n + 1)):
-            raise ValueError(f"run '{run}' family '{family}': the gold rows are not positions 1..{n} of the draw order")
+        idx, pos, g = self._in_draw_order(run, family)
+        rows = idx[np.argsort(pos, kind="stable")]       # the whole cell in its seeded order; rows[:n] are the gold
+        n = len(g)
         summ = t.summaries.get((run, family))
         missing = t.missing_proxy(run, family)
         return {"run": run, "family": family, "n_gold": n, "rows": rows, "complete": n == len(idx),
+                # what every look's parts of this cell are computed from (_parts), hashed once: the corruption
+                # stress's re-runs share the parts of the cells it left alone
+                "digest": digest(t.gold[rows], t.proxy[rows], t.position[rows]),
                 "n_samples": int(len(idx)) if summ is None else summ["n_samples"],
                 "proxy_mean": float(np.nanmean(t.proxy[idx])) if summ is None else summ["proxy_mean"],
                 "gold_mean": float(t.gold[rows[:n]].mean()) if n else float("nan"), "n_missing_proxy": missing,
@@ -100,19 +107,20 @@ class LooksAudit(RoundsAudit):
         c, t = self.cell(run, family), self.t
         lo, hi = self.gold_range["range"]
         n = min(n, c["n_gold"])
-        # which rows, by draw order; each set in table order, as the fixed door reads a cell (so one look is the
-        # fixed design exactly: the same rows in the same order give the same interval)
-        lab, rest = np.sort(c["rows"][:n]), c["rows"][n:]
-        if (run, family) in t.summaries:
-            # a cell summarised for its size (audit.samples.cells) keeps a subsample of its unlabelled rows, whose
-            # make-up follows how many rows the rounds labelled; its rows beyond the cap -- never labelled -- are a
-            # random sample of the cell whatever the rounds did, so they alone stand for the unlabelled
-            rest = rest[t.position[rest] > self.design["cap"]]
-        rest = np.sort(rest)
-        y, f, fu = t.gold[lab], t.proxy[lab], t.proxy[rest]
-        h = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (y, f, fu))).hexdigest()
-        key = ("looks-cell", run, family, n, h, lo, hi, conf, self.cfg.seed, self.cfg.draws)
+        summarised = (run, family) in t.summaries
+        key = ("looks-cell", run, family, c["digest"], summarised, self.design["cap"], n, lo, hi, conf, self.cfg.seed,
+               self.cfg.draws)
         if key not in self._shared:
+            # which rows, by draw order; each set in table order, as the fixed door reads a cell (so one look is the
+            # fixed design exactly: the same rows in the same order give the same interval)
+            lab, rest = np.sort(c["rows"][:n]), c["rows"][n:]
+            if summarised:
+                # a cell summarised for its size (audit.samples.cells) keeps a subsample of its unlabelled rows,
+                # whose make-up follows how many rows the rounds labelled; its rows beyond the cap -- never labelled
+                # -- are a random sample of the cell whatever the rounds did, so they alone stand for the unlabelled
+                rest = rest[t.position[rest] > self.design["cap"]]
+            rest = np.sort(rest)
+            y, f, fu = t.gold[lab], t.proxy[lab], t.proxy[rest]
             if c["n_missing_proxy"] or not len(rest):
                 # no proxy on some rows (or nothing unlabelled): the gold rows alone, as the fixed door draws them
                 g = bounded.draw(np.clip(y, lo, hi), lo, hi, bounded.stream(self.cfg.seed, run, family, "gold"),
@@ -138,9 +146,7 @@ class LooksAudit(RoundsAudit):
         key = ("looks-sum", tuple((float(w), c) for w, c in terms), gold_only, k, self.look_confidence)
         if key not in self._sums:
             at = [self._at_look(terms, gold_only, j) for j in range(k + 1)]
-            lo, hi = max(a["ci95"][0] for a in at), min(a["ci95"][1] for a in at)
-            if lo > hi:         # the looks disagree: one of them missed (the 5% case); the last look alone
-                lo, hi = at[-1]["ci95"]
+            lo, hi = (float(v) for v in intersect([a["ci95"] for a in at]))
             self._sums[key] = {"estimate": float(np.clip(at[-1]["estimate"], lo, hi)), "ci95": [lo, hi],
                                "n": self.looks[k], "look": k + 1, "lam": at[-1]["lam"]}
         return self._sums[key]

@@ -245,7 +245,9 @@ def draw_round(a, out: Path, fmt, mapping: dict, problems: list[str]) -> int:
     cap = looks[-1] if looks else a.max_per_cell or DEFAULT_CAP
     if a.rounds and a.looks is None:
         looks = default_looks(cap)                  # declared looks unless --looks anytime
-    per_cell = a.per_cell if a.per_cell is not None or not a.rounds else looks[0] if looks else None
+    per_cell = a.per_cell
+    if a.rounds and per_cell is None and looks:
+        per_cell = looks[0]                         # the first round: the first look
     if a.rounds and per_cell is None:
         problems.append("--per-cell: not given (the first round's labels a cell)")
     if a.rounds and per_cell and per_cell > cap:

@@ -3,14 +3,13 @@ sequences (audit.core.sequential) in place of the fixed-n intervals, and the rou
 open, and what the next round buys (docs/samples.md, "Labelling in rounds")."""
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
 
 from audit.core import sequential
 from . import decisions
-from .estimates import SamplesAudit
+from .estimates import SamplesAudit, digest
 from .rounds import DESIGN, MIN_ROUND
 
 
@@ -32,16 +31,11 @@ class RoundsAudit(SamplesAudit):
     def _cell(self, run, family) -> dict:
         t, cap = self.t, self.design["cap"]
         lo, hi = self.gold_range["range"]
-        idx = t.cell(run, family)
-        pos = t.position[idx]
-        lab = ~np.isnan(t.gold[idx])
-        g = idx[lab][np.argsort(pos[lab])]
+        idx, pos, g = self._in_draw_order(run, family)
         n = len(g)
-        if not np.array_equal(np.sort(pos[lab]), np.arange(1, n + 1)):
-            raise ValueError(f"run '{run}' family '{family}': the gold rows are not positions 1..{n} of the draw order")
         far = pos > cap
         pool = idx[far][np.argsort(pos[far])]
-        key = ("rounds-cell", run, family, _digest(t.proxy[g], t.gold[g], t.proxy[pool]), lo, hi, cap)
+        key = ("rounds-cell", run, family, digest(t.proxy[g], t.gold[g], t.proxy[pool]), lo, hi, cap)
         if key not in self._shared:
             self._shared[key] = sequential.track(t.gold[g][None], t.proxy[g][None], t.proxy[pool][None], lo, hi, cap)
         summ = t.summaries.get((run, family))
@@ -51,6 +45,19 @@ class RoundsAudit(SamplesAudit):
                 "gold_mean": float(t.gold[g].mean()) if n else float("nan"),
                 "design": t.design.get((run, family), {"random": True, "p_value": None}), "widened": False,
                 "labels_to_halve": None, "n_pool": int(len(pool))}
+
+    def _in_draw_order(self, run, family) -> tuple:
+        """(the cell's rows, their positions in its seeded draw order, its gold rows in that order); the gold rows
+        must be positions 1..n -- the first n of the order, as every round drew them."""
+        t = self.t
+        idx = t.cell(run, family)
+        pos = t.position[idx]
+        lab = ~np.isnan(t.gold[idx])
+        g = idx[lab][np.argsort(pos[lab])]
+        if not np.array_equal(np.sort(pos[lab]), np.arange(1, len(g) + 1)):
+            raise ValueError(f"run '{run}' family '{family}': the gold rows are not positions 1..{len(g)} of the draw "
+                             "order")
+        return idx, pos, g
 
     def sum(self, terms, gold_only: bool = False) -> dict:
         """The confidence sequence of sum_k w_k (cell k's mean) now: estimate (clipped into the interval), ci95,
@@ -111,6 +118,11 @@ class RoundsAudit(SamplesAudit):
         """A cell's labels after the next round: towards what its open decisions need, at most doubling, in the cap."""
         return min(self.design["cap"], max(now + MIN_ROUND, min(need, 2 * now)))
 
+    def next_round_rule(self) -> str:
+        """How next_count sizes a round, in the report's words."""
+        return (f"each cell towards the labels its open decisions are estimated to need, at most doubling it, at most "
+                f"{self.design['cap']}")
+
     def budget(self) -> dict:
         out = {}
         for f in self.t.families:
@@ -124,10 +136,6 @@ class RoundsAudit(SamplesAudit):
     def rounds(self) -> dict:
         """What is settled and what the next round buys (docs/samples.md, "Labelling in rounds")."""
         return report(self)
-
-
-def _digest(*arrays) -> str:
-    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest()
 
 
 def _ratio(a, b):
@@ -235,16 +243,13 @@ def report(audit: RoundsAudit) -> dict:
     nxt = []
     for c_, n in sorted(want.items()):
         now = counts[c_]
-        target = min(cap, audit.next_count(now, n))
+        target = audit.next_count(now, n)
         if target > now:
             nxt.append({"run": c_[0], "family": c_[1], "labelled": int(now), "target": int(target)})
     n_new = sum(x["target"] - x["labelled"] for x in nxt)
     open_rows = [r_ for r_ in rows if r_["state"] == "open"]
     if nxt:
-        how = ("each cell to its next declared look" if getattr(audit, "looks", None) else
-               f"each cell towards the labels its open decisions are estimated to need, at most doubling it, at most "
-               f"{cap}")
-        buys = (f"the next round ({n_new} labels in {len(nxt)} cells, {how}) works on: "
+        buys = (f"the next round ({n_new} labels in {len(nxt)} cells, {audit.next_round_rule()}) works on: "
                 + "; ".join(r_["decision"] for r_ in open_rows))
     elif open_rows:
         buys = (f"nothing more can be drawn: the cells of the open decisions are at the cap ({cap} labels a cell); "

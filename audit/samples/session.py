@@ -58,7 +58,8 @@ def samples_config(settings: dict) -> SamplesConfig:
 
 
 def open_audit(settings: dict, saved=None) -> SamplesAudit:
-    """The audit of the settings' table: a rounds design's (audit.samples.looks_audit, rounds_audit) when its record says so."""
+    """The audit of the settings' table: a rounds design's (audit.samples.looks_audit, rounds_audit) when its record
+    says so."""
     from .looks_audit import audit_for
     table, reference = load_table(settings, saved)
     return audit_for(table, reference, samples_config(settings))

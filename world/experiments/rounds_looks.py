@@ -27,6 +27,7 @@ import numpy as np
 
 from audit.core import bounded
 from audit.samples.decisions import Evidence
+from audit.samples.looks_audit import intersect
 from audit.samples.estimates import combine
 from rlhf.atomic import atomic_write_text
 from rlhf.cli import Parser, positive_int, seed_arg
@@ -85,18 +86,15 @@ def run_table(spec: dict, reps: int, seed: int, looks: tuple, draws: int) -> dic
 
 
 def _intersected(seq: list[dict]) -> list[dict]:
-    """Each quantity's interval at look k intersected with its intervals at the looks before (the door's reading,
-    audit.samples.looks_audit: valid on the union bound's event); where they do not meet, look k's alone."""
+    """Each quantity's interval at look k intersected with its intervals at the looks before, as the door reads it
+    (audit.samples.looks_audit.intersect)."""
     out = []
     for k, now in enumerate(seq):
         d = {}
         for part, cis in now.items():
             d[part] = {}
             for q, ci in cis.items():
-                lo = np.max([np.asarray(seq[j][part][q]["ci95"][0]) for j in range(k + 1)], 0)
-                hi = np.min([np.asarray(seq[j][part][q]["ci95"][1]) for j in range(k + 1)], 0)
-                apart = lo > hi
-                lo, hi = np.where(apart, ci["ci95"][0], lo), np.where(apart, ci["ci95"][1], hi)
+                lo, hi = intersect([seq[j][part][q]["ci95"] for j in range(k + 1)])
                 d[part][q] = {"estimate": np.clip(ci["estimate"], lo, hi), "ci95": [lo, hi]}
         out.append(d)
     return out
